@@ -1,0 +1,592 @@
+//! The arena: one byte range shared by sub-pools that grow from its two ends.
+//!
+//! The arena is a chain of bands, lowest bytes first. Today the chain holds a grow-up
+//! sub-pool at the low end and a grow-down sub-pool at the high end; a middle band can be
+//! added later without changing either end, because every check below goes through a
+//! band's neighbours in the chain (`limit_above` / `limit_below`), never through "the other
+//! pool".
+//!
+//! The frontier rule, `high_byte(band i) <= low_byte(band i + 1)`, is checked in exact bytes
+//! on every physical take, eager or lazy, in both directions.
+
+use crate::error::{Result, UkvError};
+use crate::geometry::{reserved_floor, Direction, Geometry, PoolSpec};
+use crate::lazy::FlushMode;
+use crate::plan::Plan;
+use crate::subpool::{FreeGroup, SubPool};
+
+/// Default cap on the page moves of one non-urgent flush pass.
+pub const DEFAULT_MAX_MOVES_PER_FLUSH: usize = 4096;
+
+/// What the caller declares about the whole arena.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// Bytes of the shared buffer.
+    pub total_bytes: u64,
+    /// The sub-pools: one growing up and one growing down.
+    pub pools: Vec<PoolSpec>,
+    /// Lazy compaction (holes + flush) instead of eager compaction at free time.
+    pub lazy: bool,
+    /// Cap on page moves per non-urgent flush pass.
+    pub max_moves_per_flush: usize,
+}
+
+impl ArenaConfig {
+    /// A two-pool eager configuration with the default move cap.
+    pub fn new(total_bytes: u64, pools: Vec<PoolSpec>) -> Self {
+        ArenaConfig {
+            total_bytes,
+            pools,
+            lazy: false,
+            max_moves_per_flush: DEFAULT_MAX_MOVES_PER_FLUSH,
+        }
+    }
+}
+
+/// The two-ended arena: sub-pools, their frontier, and the plan of the last operation.
+#[derive(Debug, Clone)]
+pub struct Arena {
+    total_bytes: u64,
+    floor: u64,
+    pools: Vec<SubPool>,
+    /// Pool indices in band order, lowest bytes first.
+    chain: Vec<usize>,
+    plan: Plan,
+    latest: Option<u64>,
+    max_moves: usize,
+    scratch: Vec<i64>,
+}
+
+impl Arena {
+    /// Build an arena; every id starts free.
+    ///
+    /// # Errors
+    /// [`UkvError::Config`] for an empty or duplicate name, a zero size, a wrong number
+    /// of pools or directions, a bad id owner, or a buffer too small for the floor.
+    pub fn new(cfg: ArenaConfig) -> Result<Self> {
+        let chain = validate_pools(&cfg.pools)?;
+        if cfg.max_moves_per_flush == 0 {
+            return Err(UkvError::Config {
+                field: "max_moves_per_flush",
+                value: "0".into(),
+                reason: "must be positive".into(),
+            });
+        }
+        let floor = reserved_floor(&cfg.pools);
+        let mut geos = cfg
+            .pools
+            .iter()
+            .map(|s| Geometry::new(s, cfg.total_bytes, floor))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, spec) in cfg.pools.iter().enumerate() {
+            if let Some(owner) = spec.id_owner {
+                geos[i].num_virtual_pages = geos[owner].num_pages;
+                geos[i].min_virtual_page = geos[owner].min_page_index;
+            }
+        }
+        let pools: Vec<SubPool> = cfg
+            .pools
+            .iter()
+            .zip(geos)
+            .map(|(s, g)| SubPool::new(s, g, cfg.lazy))
+            .collect();
+        Ok(Arena {
+            total_bytes: cfg.total_bytes,
+            floor,
+            plan: Plan::with_pools(pools.len()),
+            pools,
+            chain,
+            latest: None,
+            max_moves: cfg.max_moves_per_flush,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Bytes of the shared buffer.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Bytes `[0, floor)` are the padding sink.
+    pub fn reserved_floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Number of sub-pools.
+    pub fn num_pools(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Sub-pool `i` (read-only).
+    ///
+    /// # Panics
+    /// If `i` is out of range; use [`Arena::try_pool`] on caller input.
+    pub fn pool(&self, i: usize) -> &SubPool {
+        &self.pools[i]
+    }
+
+    /// Sub-pool `i`, or an argument error naming `i`.
+    pub fn try_pool(&self, i: usize) -> Result<&SubPool> {
+        self.pools.get(i).ok_or_else(|| UkvError::Argument {
+            arg: "pool",
+            value: i.to_string(),
+            reason: format!("the arena has {} sub-pools", self.pools.len()),
+        })
+    }
+
+    /// Index of the sub-pool called `name`.
+    pub fn pool_index(&self, name: &str) -> Option<usize> {
+        self.pools.iter().position(|p| p.name == name)
+    }
+
+    /// What the last operation asks the caller to do.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Completion token of the newest forward still in flight, if any.
+    pub fn latest_token(&self) -> Option<u64> {
+        self.latest
+    }
+
+    // ----- capacity ---------------------------------------------------------------------
+
+    /// Bytes between the band of `i` and its neighbour in its growth direction.
+    pub fn gap_bytes(&self, i: usize) -> u64 {
+        let p = &self.pools[i];
+        match p.geo.direction {
+            Direction::Up => self.limit_above(i).saturating_sub(p.high_byte()),
+            Direction::Down => p.low_byte().saturating_sub(self.limit_below(i)),
+        }
+    }
+
+    /// Pages `alloc` can take from pool `i` right now, without compacting anything.
+    pub fn available_pages(&self, i: usize) -> i64 {
+        self.pools[i].holes.len() as i64 + self.extension_room(i, 0)
+    }
+
+    /// Pages `alloc` on pool `i` is guaranteed to get, counting the holes and pending pages
+    /// an urgent flush of the neighbour would turn into gap.
+    pub fn schedulable_pages(&self, i: usize) -> i64 {
+        let extra = self
+            .growth_neighbour(i)
+            .map_or(0, |n| self.drainable_bytes(n));
+        self.pools[i].holes.len() as i64 + self.extension_room(i, extra)
+    }
+
+    fn drainable_bytes(&self, n: usize) -> u64 {
+        let p = &self.pools[n];
+        (p.holes.len() + p.pending_pages) as u64 * p.geo.page_bytes
+    }
+
+    /// Fresh pages the watermark of `i` may advance by, given `extra` more bytes of gap.
+    fn extension_room(&self, i: usize, extra: u64) -> i64 {
+        let p = &self.pools[i];
+        let by_bytes = (self.gap_bytes(i) + extra) / p.geo.page_bytes;
+        (by_bytes.min(i64::MAX as u64) as i64).min(p.index_room()).max(0)
+    }
+
+    fn chain_pos(&self, i: usize) -> usize {
+        self.chain.iter().position(|&c| c == i).unwrap_or(0)
+    }
+
+    /// The lowest byte an up-growing band `i` may not reach.
+    fn limit_above(&self, i: usize) -> u64 {
+        match self.chain.get(self.chain_pos(i) + 1) {
+            Some(&n) => self.pools[n].low_byte(),
+            None => self.total_bytes,
+        }
+    }
+
+    /// The highest byte (exclusive) a down-growing band `i` must stay above.
+    fn limit_below(&self, i: usize) -> u64 {
+        match self.chain_pos(i).checked_sub(1) {
+            Some(pos) => self.pools[self.chain[pos]].high_byte(),
+            None => 0,
+        }
+    }
+
+    /// The band that pool `i` grows towards.
+    fn growth_neighbour(&self, i: usize) -> Option<usize> {
+        let pos = self.chain_pos(i);
+        match self.pools[i].geo.direction {
+            Direction::Up => self.chain.get(pos + 1).copied(),
+            Direction::Down => pos.checked_sub(1).map(|q| self.chain[q]),
+        }
+    }
+
+    /// Whether pool `i` may advance its watermark by `n` fresh pages (the frontier rule).
+    fn can_extend(&self, i: usize, n: i64) -> bool {
+        let p = &self.pools[i];
+        if n > p.index_room() {
+            return false;
+        }
+        let pb = p.geo.page_bytes;
+        match p.geo.direction {
+            Direction::Up => (p.wm + n) as u64 * pb <= self.limit_above(i),
+            Direction::Down => (p.wm - n + 1) as u64 * pb >= self.limit_below(i),
+        }
+    }
+
+    // ----- allocation -------------------------------------------------------------------
+
+    fn check_pool(&self, i: usize) -> Result<()> {
+        self.try_pool(i).map(|_| ())
+    }
+
+    fn require_owner(&self, i: usize, op: &str) -> Result<()> {
+        self.check_pool(i)?;
+        if self.pools[i].owner.is_some() {
+            return Err(UkvError::Argument {
+                arg: "pool",
+                value: self.pools[i].name.clone(),
+                reason: format!("{op} needs a sub-pool that mints its own ids"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Allocate `num_pages` whole pages on owner pool `i`. Returns false, with nothing
+    /// changed, when they do not fit even after an urgent flush of the neighbour. On
+    /// success, `plan().pages` holds the virtual pages and `plan().tokens` their tokens.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool or a non-owner pool.
+    pub fn alloc(&mut self, i: usize, num_pages: usize) -> Result<bool> {
+        self.require_owner(i, "alloc")?;
+        self.plan.reset();
+        let ok = self.alloc_pages(i, num_pages);
+        if ok {
+            self.expand_tokens(i);
+        }
+        self.finish_plan();
+        Ok(ok)
+    }
+
+    /// Allocate `num_tokens` tokens (a multiple of the page size) on owner pool `i`.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] when `num_tokens` is negative or not a page multiple.
+    pub fn alloc_tokens(&mut self, i: usize, num_tokens: i64) -> Result<bool> {
+        self.require_owner(i, "alloc")?;
+        let ps = self.pools[i].geo.page_size as i64;
+        if num_tokens < 0 || num_tokens % ps != 0 {
+            return Err(UkvError::Argument {
+                arg: "need_size",
+                value: num_tokens.to_string(),
+                reason: format!("must be a non-negative multiple of page_size {ps}"),
+            });
+        }
+        self.alloc(i, (num_tokens / ps) as usize)
+    }
+
+    /// Bind caller-given virtual pages (minted by the owner) on non-owner pool `i`.
+    /// Returns false, with nothing changed, when they do not fit.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for an owner pool, or a page already bound or repeated;
+    /// [`UkvError::InvalidId`] for a page outside the owner's id space.
+    pub fn alloc_with_virtual(&mut self, i: usize, pages: &[i64]) -> Result<bool> {
+        self.check_pool(i)?;
+        if self.pools[i].owner.is_none() {
+            return Err(UkvError::Argument {
+                arg: "pool",
+                value: self.pools[i].name.clone(),
+                reason: "alloc_with_virtual needs a sub-pool that binds another pool's ids".into(),
+            });
+        }
+        self.pools[i].check_bindable(pages)?;
+        self.plan.reset();
+        let ok = self.make_room(i, pages.len() as i64);
+        if ok {
+            self.plan.pages.extend_from_slice(pages);
+            self.bind_pages(i);
+            self.expand_tokens(i);
+        }
+        self.finish_plan();
+        Ok(ok)
+    }
+
+    /// Take `n` free ids of owner pool `i` and bind them; the plan's `pages` gets them.
+    pub(crate) fn alloc_pages(&mut self, i: usize, n: usize) -> bool {
+        if n == 0 {
+            return true;
+        }
+        if n > self.pools[i].free_ids.len() || !self.make_room(i, n as i64) {
+            return false;
+        }
+        let pool = &mut self.pools[i];
+        self.plan.pages.extend(pool.free_ids.drain(..n));
+        self.bind_pages(i);
+        true
+    }
+
+    /// Make sure `n` pages can be taken from pool `i`, flushing its neighbour urgently
+    /// when that is enough and only then.
+    fn make_room(&mut self, i: usize, n: i64) -> bool {
+        if n <= self.available_pages(i) {
+            return true;
+        }
+        if n > self.schedulable_pages(i) {
+            return false;
+        }
+        if let Some(nb) = self.growth_neighbour(i) {
+            self.flush_one(nb, true);
+        }
+        n <= self.available_pages(i)
+    }
+
+    /// Bind `plan.pages` on pool `i`: holes first (FIFO), then a fresh ascending extension.
+    fn bind_pages(&mut self, i: usize) {
+        let n = self.plan.pages.len() as i64;
+        let n_holes = (self.pools[i].holes.len() as i64).min(n);
+        let fresh = n - n_holes;
+        // `make_room` proved this; checking again keeps the frontier rule local to the take.
+        let extend_ok = self.can_extend(i, fresh);
+        debug_assert!(extend_ok, "frontier rule would break");
+        if !extend_ok {
+            return;
+        }
+        let pool = &mut self.pools[i];
+        let plan = &mut self.plan.pools[i];
+        for &v in &self.plan.pages[..n_holes as usize] {
+            pool.bind_hole(v, plan);
+        }
+        pool.bind_extension(&self.plan.pages[n_holes as usize..], plan);
+    }
+
+    /// Expand the plan's pages of pool `i` into tokens, ascending inside each page.
+    fn expand_tokens(&mut self, i: usize) {
+        let ps = self.pools[i].geo.page_size as i64;
+        let plan = &mut self.plan;
+        if ps == 1 {
+            plan.tokens.extend_from_slice(&plan.pages);
+        } else {
+            plan.tokens
+                .extend(plan.pages.iter().flat_map(|&v| (0..ps).map(move |o| v * ps + o)));
+        }
+    }
+
+    pub(crate) fn plan_mut(&mut self) -> &mut Plan {
+        &mut self.plan
+    }
+
+    pub(crate) fn finish_plan(&mut self) {
+        for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
+            plan.finish(&pool.v2p, &pool.p2v);
+        }
+    }
+
+    // ----- free -------------------------------------------------------------------------
+
+    /// Free the pages of these virtual tokens on pool `i` (a page goes when any of its
+    /// tokens is named). Eager mode compacts at once; lazy mode leaves holes. Inside a free
+    /// group the pages are only queued.
+    ///
+    /// # Errors
+    /// [`UkvError::InvalidId`] for a negative, reserved or out-of-range id;
+    /// [`UkvError::DoubleFree`] for an id that is not live or is repeated (page size 1).
+    /// Nothing changes on error.
+    pub fn free(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
+        self.check_pool(i)?;
+        let mut pages = std::mem::take(&mut self.scratch);
+        let checked = self.pools[i].pages_to_free(tokens, &mut pages);
+        self.plan.reset();
+        if checked.is_ok() {
+            match self.pools[i].group.as_mut() {
+                Some(group) => {
+                    group.set.extend(pages.iter().copied());
+                    group.pages.extend_from_slice(&pages);
+                }
+                None => self.pools[i].release(&pages, &mut self.plan.pools[i]),
+            }
+        }
+        self.scratch = pages;
+        self.finish_plan();
+        checked
+    }
+
+    /// Start queueing frees on pool `i`; `free_group_end` releases them in one pass.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] when a group is already open.
+    pub fn free_group_begin(&mut self, i: usize) -> Result<()> {
+        self.check_pool(i)?;
+        if self.pools[i].group.is_some() {
+            return Err(UkvError::Argument {
+                arg: "free_group_begin",
+                value: self.pools[i].name.clone(),
+                reason: "a free group is already open on this sub-pool".into(),
+            });
+        }
+        self.pools[i].group = Some(FreeGroup::default());
+        self.plan.reset();
+        Ok(())
+    }
+
+    /// Release everything queued since `free_group_begin` in one pass.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] when no group is open.
+    pub fn free_group_end(&mut self, i: usize) -> Result<()> {
+        self.check_pool(i)?;
+        let group = self.pools[i].group.take().ok_or_else(|| UkvError::Argument {
+            arg: "free_group_end",
+            value: self.pools[i].name.clone(),
+            reason: "no free group is open on this sub-pool".into(),
+        })?;
+        self.plan.reset();
+        self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
+        self.finish_plan();
+        Ok(())
+    }
+
+    /// Whether a free group is open on pool `i`.
+    pub fn in_free_group(&self, i: usize) -> bool {
+        self.pools.get(i).is_some_and(|p| p.group.is_some())
+    }
+
+    // ----- lazy compaction --------------------------------------------------------------
+
+    /// Flush every lazy sub-pool. Non-urgent passes avoid in-flight hazards and respect the
+    /// move cap; urgent passes pack fully and list the tokens to wait on. Returns the page
+    /// moves. Eager arenas return 0.
+    pub fn flush(&mut self, urgent: bool) -> usize {
+        self.plan.reset();
+        let moves = (0..self.pools.len())
+            .map(|i| self.flush_one(i, urgent))
+            .sum();
+        self.finish_plan();
+        moves
+    }
+
+    /// Flush one sub-pool; see [`Arena::flush`].
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool index.
+    pub fn flush_pool(&mut self, i: usize, urgent: bool) -> Result<usize> {
+        self.check_pool(i)?;
+        self.plan.reset();
+        let moves = self.flush_one(i, urgent);
+        self.finish_plan();
+        Ok(moves)
+    }
+
+    fn flush_one(&mut self, i: usize, urgent: bool) -> usize {
+        let mode = FlushMode {
+            urgent,
+            max_moves: self.max_moves,
+        };
+        let Plan {
+            pools, wait_tokens, ..
+        } = &mut self.plan;
+        self.pools[i].flush(mode, &mut self.latest, &mut pools[i], wait_tokens)
+    }
+
+    /// Declare the completion token of the newest forward in flight (None: device idle).
+    pub fn set_latest_token(&mut self, token: Option<u64>) {
+        self.latest = token;
+    }
+
+    /// Declare the virtual tokens the in-flight forward `token` writes on pool `i`; a
+    /// non-urgent flush will not move those pages until `token` is retired.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool index.
+    pub fn set_inflight_writes(&mut self, i: usize, token: u64, tokens: &[i64]) -> Result<()> {
+        self.check_pool(i)?;
+        self.pools[i].set_write_set(token, tokens);
+        Ok(())
+    }
+
+    /// The forward with this token has completed: its pending pages become reusable.
+    pub fn retire_token(&mut self, token: u64) {
+        for p in &mut self.pools {
+            p.retire(token);
+        }
+        if self.latest == Some(token) {
+            self.latest = None;
+        }
+    }
+
+    // ----- misc -------------------------------------------------------------------------
+
+    /// Free everything on pool `i`. The plan marks the pool's tables as rewritten whole.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool index.
+    pub fn clear(&mut self, i: usize) -> Result<()> {
+        self.check_pool(i)?;
+        self.plan.reset();
+        self.pools[i].clear();
+        self.plan.pools[i].reset = true;
+        Ok(())
+    }
+
+    /// Whether virtual token `token` of pool `i` is live. Out-of-range ids are not.
+    pub fn is_token_allocated(&self, i: usize, token: i64) -> bool {
+        self.pools
+            .get(i)
+            .is_some_and(|p| p.is_token_allocated(token))
+    }
+
+    /// Pool indices in band order, lowest bytes first.
+    pub fn chain(&self) -> &[usize] {
+        &self.chain
+    }
+}
+
+/// Check the pool list and return the band order (lowest bytes first).
+fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
+    let config = |field, value: String, reason: &str| UkvError::Config {
+        field,
+        value,
+        reason: reason.to_string(),
+    };
+    if pools.is_empty() || pools.len() > 2 {
+        return Err(config(
+            "pools",
+            pools.len().to_string(),
+            "need one or two sub-pools (a middle band for N > 2 is not implemented yet)",
+        ));
+    }
+    for (i, p) in pools.iter().enumerate() {
+        if p.name.is_empty() {
+            return Err(config("name", format!("{:?}", p.name), "must not be empty"));
+        }
+        if pools[..i].iter().any(|q| q.name == p.name) {
+            return Err(config("name", format!("{:?}", p.name), "names must be unique"));
+        }
+        if let Some(o) = p.id_owner {
+            let owner_ok = o != i && o < pools.len() && pools[o].id_owner.is_none();
+            if !owner_ok {
+                return Err(config(
+                    "id_owner",
+                    o.to_string(),
+                    "must name another sub-pool that mints its own ids",
+                ));
+            }
+            if pools[o].page_size != p.page_size {
+                return Err(config(
+                    "page_size",
+                    p.page_size.to_string(),
+                    "a pool that binds another pool's ids must share its page size",
+                ));
+            }
+        }
+    }
+    let ups: Vec<usize> = (0..pools.len())
+        .filter(|&i| pools[i].direction == Direction::Up)
+        .collect();
+    let downs: Vec<usize> = (0..pools.len())
+        .filter(|&i| pools[i].direction == Direction::Down)
+        .collect();
+    if ups.len() > 1 || downs.len() > 1 {
+        return Err(config(
+            "grow",
+            format!("{} up, {} down", ups.len(), downs.len()),
+            "need exactly one grow-up and one grow-down sub-pool",
+        ));
+    }
+    Ok(ups.into_iter().chain(downs).collect())
+}

@@ -1,0 +1,189 @@
+//! Token-level allocation for paged sub-pools: extend a batch of requests by new tokens,
+//! reusing the free tail of each request's last page before taking new pages.
+//!
+//! Page counts come from host-side lengths only, so the caller never has to read device
+//! memory. The ids of tokens that continue a request's partial last page depend on that
+//! request's `last_loc` (the virtual id of its last existing token). When the caller has
+//! `last_loc` on the host it passes it and gets final ids; otherwise the plan carries, per
+//! output token, the request whose `last_loc` to add (`token_req`) and the offset to add
+//! it to (`tokens`), for the caller to finish on its device.
+
+use crate::arena::Arena;
+use crate::error::{Result, UkvError};
+
+impl Arena {
+    /// Allocate the new tokens of a prefill/extend batch on owner pool `i`.
+    ///
+    /// Request `r` grows from `prefix_lens[r]` to `seq_lens[r]` tokens; its new tokens are
+    /// returned contiguously, requests in order. Returns false, with nothing changed, when
+    /// the new pages do not fit.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for mismatched lengths, negative lengths, or a prefix longer
+    /// than its sequence.
+    pub fn alloc_extend(
+        &mut self,
+        i: usize,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) -> Result<bool> {
+        self.require_owner_pub(i, "alloc_extend")?;
+        check_same_len("seq_lens", seq_lens.len(), prefix_lens.len())?;
+        if let Some(l) = last_loc {
+            check_same_len("last_loc", l.len(), prefix_lens.len())?;
+        }
+        let ps = self.pool(i).geometry().page_size as i64;
+        let mut new_pages = 0usize;
+        for (r, (&pre, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
+            if pre < 0 || seq < pre {
+                return Err(UkvError::Argument {
+                    arg: "seq_lens",
+                    value: format!("{seq} (prefix {pre}, request {r})"),
+                    reason: "need 0 <= prefix_len <= seq_len".into(),
+                });
+            }
+            new_pages += (ceil_div(seq, ps) - ceil_div(pre, ps)) as usize;
+            if pre % ps != 0 && pre < seq {
+                self.check_last_loc(i, last_loc, r, pre - 1)?;
+            }
+        }
+        self.plan_mut().reset();
+        if !self.alloc_pages(i, new_pages) {
+            self.finish_plan();
+            return Ok(false);
+        }
+        let plan = self.plan_mut();
+        let mut base = 0usize;
+        for (r, (&pre, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
+            // Part 1: the free tail of the prefix's last page continues after last_loc.
+            let tail_end = (ceil_div(pre, ps) * ps).min(seq);
+            for pos in pre..tail_end {
+                plan.tokens.push(pos - pre + 1);
+                plan.token_req.push(r as i64);
+            }
+            // Part 2: whole and partial new pages, in order.
+            for pos in tail_end..seq {
+                let page = plan.pages[base + ((pos - tail_end) / ps) as usize];
+                plan.tokens.push(page * ps + pos % ps);
+                plan.token_req.push(-1);
+            }
+            base += ceil_div(seq - tail_end, ps) as usize;
+        }
+        self.resolve_last_loc(last_loc);
+        self.finish_plan();
+        Ok(true)
+    }
+
+    /// Allocate one decode token per request on owner pool `i`; `seq_lens[r]` is the
+    /// length including the new token. A request whose new token starts a page takes a
+    /// new page; the others continue at `last_loc[r] + 1`. Valid at every page size.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for mismatched lengths or a length below 1.
+    pub fn alloc_decode(
+        &mut self,
+        i: usize,
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) -> Result<bool> {
+        self.require_owner_pub(i, "alloc_decode")?;
+        if let Some(l) = last_loc {
+            check_same_len("last_loc", l.len(), seq_lens.len())?;
+        }
+        let ps = self.pool(i).geometry().page_size as i64;
+        let mut new_pages = 0usize;
+        for (r, &seq) in seq_lens.iter().enumerate() {
+            if seq < 1 {
+                return Err(UkvError::Argument {
+                    arg: "seq_lens",
+                    value: format!("{seq} (request {r})"),
+                    reason: "a decode step needs seq_len >= 1".into(),
+                });
+            }
+            if (seq - 1) % ps == 0 {
+                new_pages += 1;
+            } else {
+                self.check_last_loc(i, last_loc, r, seq - 2)?;
+            }
+        }
+        self.plan_mut().reset();
+        if !self.alloc_pages(i, new_pages) {
+            self.finish_plan();
+            return Ok(false);
+        }
+        let plan = self.plan_mut();
+        let mut next_page = 0usize;
+        for (r, &seq) in seq_lens.iter().enumerate() {
+            if (seq - 1) % ps == 0 {
+                plan.tokens.push(plan.pages[next_page] * ps);
+                plan.token_req.push(-1);
+                next_page += 1;
+            } else {
+                plan.tokens.push(1);
+                plan.token_req.push(r as i64);
+            }
+        }
+        self.resolve_last_loc(last_loc);
+        self.finish_plan();
+        Ok(true)
+    }
+
+    /// With host `last_loc`, finish every token id and drop the `token_req` column.
+    fn resolve_last_loc(&mut self, last_loc: Option<&[i64]>) {
+        let Some(last) = last_loc else { return };
+        let plan = self.plan_mut();
+        for (t, &r) in plan.tokens.iter_mut().zip(&plan.token_req) {
+            if r >= 0 {
+                *t += last[r as usize];
+            }
+        }
+        plan.token_req.clear();
+    }
+
+    /// With host `last_loc`, request `r`'s last token must be live and sit at the page
+    /// offset of position `last_pos`, or its continuation would land in a foreign page.
+    fn check_last_loc(&self, i: usize, last_loc: Option<&[i64]>, r: usize, last_pos: i64) -> Result<()> {
+        let Some(last) = last_loc else { return Ok(()) };
+        let ps = self.pool(i).geometry().page_size as i64;
+        let t = last[r];
+        if !self.is_token_allocated(i, t) || t % ps != last_pos % ps {
+            return Err(UkvError::Argument {
+                arg: "last_loc",
+                value: format!("{t} (request {r})"),
+                reason: format!(
+                    "must be a live token at page offset {} (position {last_pos}, page size {ps})",
+                    last_pos % ps
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn require_owner_pub(&self, i: usize, op: &str) -> Result<()> {
+        let pool = self.try_pool(i)?;
+        if !pool.is_id_owner() {
+            return Err(UkvError::Argument {
+                arg: "pool",
+                value: pool.name().to_string(),
+                reason: format!("{op} needs a sub-pool that mints its own ids"),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+fn check_same_len(arg: &'static str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(UkvError::Argument {
+            arg,
+            value: format!("length {got}"),
+            reason: format!("must match prefix/seq length {want}"),
+        });
+    }
+    Ok(())
+}

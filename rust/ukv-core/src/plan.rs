@@ -1,0 +1,109 @@
+//! Move plans: what an operation asks the byte mover to do, and which table rows changed.
+//!
+//! The core only decides; the caller owns the bytes. After every operation the caller
+//! reads the [`Plan`] and, in this order: makes its stream wait on `wait_tokens`, copies
+//! every `(src[i], dst[i])` page of each sub-pool (all pairs of one sub-pool at once: the
+//! src and dst sets of one plan are disjoint, so order does not matter), then writes the
+//! changed v2p/p2v rows into any device mirror of the tables.
+
+/// The part of a plan that concerns one sub-pool.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PoolPlan {
+    /// Physical source pages to copy from.
+    pub src: Vec<i64>,
+    /// Physical destination pages, paired with `src` by position.
+    pub dst: Vec<i64>,
+    /// Rows of v2p that changed (may repeat; every copy then carries the same value).
+    pub v2p_rows: Vec<i64>,
+    /// Their values after the operation, filled when the operation ends.
+    pub v2p_vals: Vec<i64>,
+    /// Rows of p2v that changed (may repeat).
+    pub p2v_rows: Vec<i64>,
+    /// Their values after the operation.
+    pub p2v_vals: Vec<i64>,
+    /// The whole table was rewritten (after `clear`): re-upload it instead of the rows.
+    pub reset: bool,
+}
+
+impl PoolPlan {
+    /// Forget the previous operation's plan, keeping the allocations.
+    pub fn reset(&mut self) {
+        self.src.clear();
+        self.dst.clear();
+        self.v2p_rows.clear();
+        self.v2p_vals.clear();
+        self.p2v_rows.clear();
+        self.p2v_vals.clear();
+        self.reset = false;
+    }
+
+    /// Record one page move.
+    #[inline]
+    pub(crate) fn push_move(&mut self, src: i64, dst: i64) {
+        self.src.push(src);
+        self.dst.push(dst);
+    }
+
+    /// Fill the value columns from the final tables.
+    pub(crate) fn finish(&mut self, v2p: &[i64], p2v: &[i64]) {
+        self.v2p_vals.clear();
+        self.v2p_vals
+            .extend(self.v2p_rows.iter().map(|&r| v2p[r as usize]));
+        self.p2v_vals.clear();
+        self.p2v_vals
+            .extend(self.p2v_rows.iter().map(|&r| p2v[r as usize]));
+    }
+
+    /// True when there is nothing to do for this sub-pool.
+    pub fn is_empty(&self) -> bool {
+        self.src.is_empty() && self.v2p_rows.is_empty() && self.p2v_rows.is_empty() && !self.reset
+    }
+
+    /// Number of page moves.
+    pub fn num_moves(&self) -> usize {
+        self.src.len()
+    }
+}
+
+/// Everything the last operation produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Virtual token ids handed out by an allocation, in order. For `alloc_extend` /
+    /// `alloc_decode` without host `last_loc`, an entry is only the part to add to
+    /// `last_loc[token_req[i]]` when `token_req[i] >= 0`.
+    pub tokens: Vec<i64>,
+    /// For token-level allocation: the request whose `last_loc` must be added to
+    /// `tokens[i]`, or -1. Empty when every token is final.
+    pub token_req: Vec<i64>,
+    /// Virtual pages bound by the operation, in order.
+    pub pages: Vec<i64>,
+    /// One entry per sub-pool, indexed like the arena's pools.
+    pub pools: Vec<PoolPlan>,
+    /// Completion tokens the caller's stream must wait on before moving bytes.
+    pub wait_tokens: Vec<u64>,
+}
+
+impl Plan {
+    pub(crate) fn with_pools(n: usize) -> Self {
+        Plan {
+            pools: vec![PoolPlan::default(); n],
+            ..Plan::default()
+        }
+    }
+
+    /// Forget the previous operation's plan, keeping the allocations.
+    pub fn reset(&mut self) {
+        self.tokens.clear();
+        self.token_req.clear();
+        self.pages.clear();
+        self.wait_tokens.clear();
+        for p in &mut self.pools {
+            p.reset();
+        }
+    }
+
+    /// Total page moves across sub-pools.
+    pub fn num_moves(&self) -> usize {
+        self.pools.iter().map(PoolPlan::num_moves).sum()
+    }
+}
