@@ -1,0 +1,357 @@
+//! `ukv._core.Arena`: the core arena behind a Python class. Methods convert arguments,
+//! call the core once, and convert the result; the logic lives in `ukv-core`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec};
+
+use crate::convert::{borrowed_view, ids, to_numpy};
+use crate::errors::{argument, raise, to_py};
+
+/// One sub-pool as Python declares it: (name, entry_bytes, page_size, "up"|"down", id_owner).
+type PoolTuple = (String, u64, u64, String, Option<usize>);
+
+/// Token ids of a token-level allocation, and (without host `last_loc`) the request column.
+type TokenResult<'py> = Option<(Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>)>;
+
+/// The two-ended arena (see `ukv_core::Arena`).
+#[pyclass(name = "Arena", module = "ukv._core")]
+pub struct PyArena {
+    inner: Arena,
+    poisoned: Option<String>,
+}
+
+impl PyArena {
+    /// Run `f` on the arena; a panic poisons the arena instead of reaching Python.
+    fn call<T>(&mut self, f: impl FnOnce(&mut Arena) -> ukv_core::Result<T>) -> PyResult<T> {
+        if let Some(why) = &self.poisoned {
+            return Err(raise("PoolPoisonedError", format!("the arena is unusable: {why}")));
+        }
+        match catch_unwind(AssertUnwindSafe(|| f(&mut self.inner))) {
+            Ok(r) => r.map_err(to_py),
+            Err(payload) => {
+                let why = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "internal panic".into());
+                self.poisoned = Some(format!("internal error: {why}"));
+                Err(raise("PoolPoisonedError", format!("internal error, arena poisoned: {why}")))
+            }
+        }
+    }
+
+    fn check_pool(&self, pool: usize) -> PyResult<()> {
+        self.inner.try_pool(pool).map(|_| ()).map_err(to_py)
+    }
+
+    fn tokens_out<'py>(&self, py: Python<'py>) -> (Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>) {
+        let plan = self.inner.plan();
+        let req = (!plan.token_req.is_empty()).then(|| to_numpy(py, &plan.token_req));
+        (to_numpy(py, &plan.tokens), req)
+    }
+}
+
+fn direction(s: &str) -> PyResult<Direction> {
+    match s {
+        "up" => Ok(Direction::Up),
+        "down" => Ok(Direction::Down),
+        other => Err(raise(
+            "PoolConfigError",
+            format!("invalid grow = {other:?}: must be \"up\" or \"down\""),
+        )),
+    }
+}
+
+#[pymethods]
+impl PyArena {
+    /// Arena(total_bytes, pools, lazy=False, max_moves_per_flush=4096)
+    #[new]
+    #[pyo3(signature = (total_bytes, pools, lazy=false, max_moves_per_flush=ukv_core::DEFAULT_MAX_MOVES_PER_FLUSH))]
+    fn new(total_bytes: u64, pools: Vec<PoolTuple>, lazy: bool, max_moves_per_flush: usize) -> PyResult<Self> {
+        let specs = pools
+            .into_iter()
+            .map(|(name, entry_bytes, page_size, grow, id_owner)| {
+                Ok(PoolSpec { name, entry_bytes, page_size, direction: direction(&grow)?, id_owner })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let cfg = ArenaConfig { total_bytes, pools: specs, lazy, max_moves_per_flush };
+        let inner = Arena::new(cfg).map_err(to_py)?;
+        Ok(PyArena { inner, poisoned: None })
+    }
+
+    /// Allocate `num_tokens` tokens; the virtual token ids, or None when they do not fit.
+    fn alloc<'py>(&mut self, py: Python<'py>, pool: usize, num_tokens: i64) -> PyResult<Option<Bound<'py, PyArray1<i64>>>> {
+        let ok = self.call(|a| a.alloc_tokens(pool, num_tokens))?;
+        Ok(ok.then(|| to_numpy(py, &self.inner.plan().tokens)))
+    }
+
+    /// Bind owner-minted virtual pages on a non-owner pool; False when they do not fit.
+    fn alloc_with_virtual(&mut self, pool: usize, pages: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let pages = ids(pages, "virtual_pages")?;
+        let pages = pages.as_slice()?;
+        self.call(|a| a.alloc_with_virtual(pool, pages))
+    }
+
+    /// Token-level extend; (tokens, token_req or None) or None when it does not fit.
+    #[pyo3(signature = (pool, prefix_lens, seq_lens, last_loc=None))]
+    fn alloc_extend<'py>(
+        &mut self,
+        py: Python<'py>,
+        pool: usize,
+        prefix_lens: &Bound<'py, PyAny>,
+        seq_lens: &Bound<'py, PyAny>,
+        last_loc: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<TokenResult<'py>> {
+        let pre = ids(prefix_lens, "prefix_lens_cpu")?;
+        let seq = ids(seq_lens, "seq_lens_cpu")?;
+        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
+        let (pre, seq) = (pre.as_slice()?, seq.as_slice()?);
+        let last = match &last {
+            Some(l) => Some(l.as_slice()?),
+            None => None,
+        };
+        let ok = self.call(|a| a.alloc_extend(pool, pre, seq, last))?;
+        Ok(ok.then(|| self.tokens_out(py)))
+    }
+
+    /// Token-level decode; (tokens, token_req or None) or None when it does not fit.
+    #[pyo3(signature = (pool, seq_lens, last_loc=None))]
+    fn alloc_decode<'py>(
+        &mut self,
+        py: Python<'py>,
+        pool: usize,
+        seq_lens: &Bound<'py, PyAny>,
+        last_loc: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<TokenResult<'py>> {
+        let seq = ids(seq_lens, "seq_lens_cpu")?;
+        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
+        let seq = seq.as_slice()?;
+        let last = match &last {
+            Some(l) => Some(l.as_slice()?),
+            None => None,
+        };
+        let ok = self.call(|a| a.alloc_decode(pool, seq, last))?;
+        Ok(ok.then(|| self.tokens_out(py)))
+    }
+
+    /// Free the pages of these virtual tokens.
+    fn free(&mut self, pool: usize, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = ids(tokens, "ids")?;
+        let tokens = tokens.as_slice()?;
+        self.call(|a| a.free(pool, tokens))
+    }
+
+    fn free_group_begin(&mut self, pool: usize) -> PyResult<()> {
+        self.call(|a| a.free_group_begin(pool))
+    }
+
+    fn free_group_end(&mut self, pool: usize) -> PyResult<()> {
+        self.call(|a| a.free_group_end(pool))
+    }
+
+    fn in_free_group(&self, pool: usize) -> bool {
+        self.inner.in_free_group(pool)
+    }
+
+    /// Flush every lazy pool; returns the page moves.
+    #[pyo3(signature = (urgent=false))]
+    fn flush(&mut self, urgent: bool) -> PyResult<usize> {
+        self.call(|a| Ok(a.flush(urgent)))
+    }
+
+    #[pyo3(signature = (pool, urgent=false))]
+    fn flush_pool(&mut self, pool: usize, urgent: bool) -> PyResult<usize> {
+        self.call(|a| a.flush_pool(pool, urgent))
+    }
+
+    fn set_latest_token(&mut self, token: Option<u64>) -> PyResult<()> {
+        self.call(|a| {
+            a.set_latest_token(token);
+            Ok(())
+        })
+    }
+
+    fn latest_token(&self) -> Option<u64> {
+        self.inner.latest_token()
+    }
+
+    fn set_inflight_writes(&mut self, pool: usize, token: u64, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = ids(tokens, "out_cache_loc")?;
+        let tokens = tokens.as_slice()?;
+        self.call(|a| a.set_inflight_writes(pool, token, tokens))
+    }
+
+    fn retire_token(&mut self, token: u64) -> PyResult<()> {
+        self.call(|a| {
+            a.retire_token(token);
+            Ok(())
+        })
+    }
+
+    fn clear(&mut self, pool: usize) -> PyResult<()> {
+        self.call(|a| a.clear(pool))
+    }
+
+    fn check_invariants(&mut self) -> PyResult<()> {
+        self.call(|a| a.check_invariants())
+    }
+
+    fn available_pages(&self, pool: usize) -> PyResult<i64> {
+        self.check_pool(pool)?;
+        Ok(self.inner.available_pages(pool))
+    }
+
+    fn schedulable_pages(&self, pool: usize) -> PyResult<i64> {
+        self.check_pool(pool)?;
+        Ok(self.inner.schedulable_pages(pool))
+    }
+
+    fn gap_bytes(&self, pool: usize) -> PyResult<u64> {
+        self.check_pool(pool)?;
+        Ok(self.inner.gap_bytes(pool))
+    }
+
+    fn is_token_allocated(&self, pool: usize, token: i64) -> bool {
+        self.inner.is_token_allocated(pool, token)
+    }
+
+    fn num_pools(&self) -> usize {
+        self.inner.num_pools()
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.inner.total_bytes()
+    }
+
+    fn reserved_floor(&self) -> u64 {
+        self.inner.reserved_floor()
+    }
+
+    /// Immutable geometry of one pool, as a dict.
+    fn pool_info<'py>(&self, py: Python<'py>, pool: usize) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.inner.try_pool(pool).map_err(to_py)?;
+        let g = p.geometry();
+        let d = PyDict::new(py);
+        d.set_item("name", p.name())?;
+        d.set_item("entry_bytes", g.entry_bytes)?;
+        d.set_item("page_size", g.page_size)?;
+        d.set_item("page_bytes", g.page_bytes)?;
+        d.set_item("num_pages", g.num_pages)?;
+        d.set_item("min_page_index", g.min_page_index)?;
+        d.set_item("num_virtual_pages", g.num_virtual_pages)?;
+        d.set_item("min_virtual_page", g.min_virtual_page)?;
+        d.set_item("grow", if g.direction == Direction::Up { "up" } else { "down" })?;
+        d.set_item("lazy", p.is_lazy())?;
+        d.set_item("id_owner", p.is_id_owner())?;
+        Ok(d)
+    }
+
+    /// Mutable state of one pool: (watermark, live_pages, holes, pending, span_pages).
+    fn pool_state(&self, pool: usize) -> PyResult<(i64, usize, usize, usize, i64)> {
+        let p = self.inner.try_pool(pool).map_err(to_py)?;
+        Ok((p.watermark(), p.live_pages(), p.num_holes(), p.num_pending(), p.span_pages()))
+    }
+
+    /// Running counters: (pages_moved, bytes_moved, compactions, flushes).
+    fn pool_stats(&self, pool: usize) -> PyResult<(u64, u64, u64, u64)> {
+        let s = self.inner.try_pool(pool).map_err(to_py)?.stats();
+        Ok((s.pages_moved, s.bytes_moved, s.compactions, s.flushes))
+    }
+
+    /// The free virtual page ids in hand-out order (a copy; for tests and debugging).
+    fn free_ids<'py>(&self, py: Python<'py>, pool: usize) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let p = self.inner.try_pool(pool).map_err(to_py)?;
+        Ok(PyArray1::from_iter(py, p.free_ids()))
+    }
+
+    /// Zero-copy view of a pool's v2p table (read-only by contract; fixed address).
+    fn v2p<'py>(slf: Bound<'py, Self>, pool: usize) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let this = slf.borrow();
+        this.check_pool(pool)?;
+        let data: &[i64] = this.inner.pool(pool).v2p();
+        // SAFETY: the table is allocated once at construction with a fixed length and is
+        // never reallocated (clear() fills it in place); `slf` owns it and is kept alive.
+        Ok(unsafe { borrowed_view(data, slf.clone().into_any()) })
+    }
+
+    /// Zero-copy view of a pool's p2v table (read-only by contract; fixed address).
+    fn p2v<'py>(slf: Bound<'py, Self>, pool: usize) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let this = slf.borrow();
+        this.check_pool(pool)?;
+        let data: &[i64] = this.inner.pool(pool).p2v();
+        // SAFETY: as for v2p.
+        Ok(unsafe { borrowed_view(data, slf.clone().into_any()) })
+    }
+
+    // ----- the last operation's plan ------------------------------------------------------
+
+    /// Page moves of the last operation: a list of (pool, src pages, dst pages).
+    fn plan_moves<'py>(&self, py: Python<'py>) -> Vec<(usize, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
+        let plan = self.inner.plan();
+        plan.pools
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.num_moves() > 0)
+            .map(|(i, p)| (i, to_numpy(py, &p.src), to_numpy(py, &p.dst)))
+            .collect()
+    }
+
+    /// Changed table rows of one pool as (rows, values) over the concatenation
+    /// `[v2p | p2v]` (p2v rows are offset by len(v2p)), or None when nothing changed.
+    fn plan_table_updates<'py>(
+        &self,
+        py: Python<'py>,
+        pool: usize,
+    ) -> PyResult<Option<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)>> {
+        self.check_pool(pool)?;
+        let p = &self.inner.plan().pools[pool];
+        if p.v2p_rows.is_empty() && p.p2v_rows.is_empty() {
+            return Ok(None);
+        }
+        let offset = self.inner.pool(pool).v2p().len() as i64;
+        let rows: Vec<i64> = p.v2p_rows.iter().copied().chain(p.p2v_rows.iter().map(|r| r + offset)).collect();
+        let vals: Vec<i64> = p.v2p_vals.iter().chain(&p.p2v_vals).copied().collect();
+        Ok(Some((to_numpy(py, &rows), to_numpy(py, &vals))))
+    }
+
+    /// Pools whose tables were rewritten whole by the last operation (`clear`).
+    fn plan_resets(&self) -> Vec<usize> {
+        let plan = self.inner.plan();
+        (0..plan.pools.len()).filter(|&i| plan.pools[i].reset).collect()
+    }
+
+    /// Completion tokens the caller's stream must wait on before executing the moves.
+    fn plan_waits(&self) -> Vec<u64> {
+        self.inner.plan().wait_tokens.clone()
+    }
+
+    /// Virtual pages bound by the last operation.
+    fn plan_pages<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        to_numpy(py, &self.inner.plan().pages)
+    }
+
+    /// Whether the last operation changed any table row or moved any page in `pool`.
+    fn plan_touches(&self, pool: usize) -> PyResult<bool> {
+        self.check_pool(pool)?;
+        Ok(!self.inner.plan().pools[pool].is_empty())
+    }
+
+    /// Check a pool index without doing anything else (used by validating wrappers).
+    fn validate_pool(&self, pool: usize) -> PyResult<()> {
+        self.check_pool(pool)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Arena(total_bytes={}, pools={})", self.inner.total_bytes(), self.inner.num_pools())
+    }
+}
+
+/// Raise an argument error from Python code paths that share the Rust wording.
+#[pyfunction]
+pub fn _argument_error(arg: &str, value: &str, reason: &str) -> PyErr {
+    argument(arg, value, reason)
+}
