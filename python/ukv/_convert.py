@@ -1,0 +1,86 @@
+"""Turning caller tensors into host arrays the native core reads in place.
+
+The core lives on the host. Id tensors on the CPU are handed over as NumPy views of the
+same memory (no copy, no per-element work); tensors on a CUDA device are copied to the
+host once, which waits for that copy (the only host-device synchronisation on these
+paths, and only when the caller keeps ids on the device). Every rejection is an
+:class:`~ukv.errors.ArgumentError` naming the argument and the bad value.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from ukv.errors import ArgumentError
+
+ID_DTYPES = (torch.int32, torch.int64)
+NP_ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def host_ids(name: str, value: object) -> np.ndarray:
+    """A 1-D int32/int64 host array viewing ``value``'s memory where possible.
+
+    Args:
+        name: Argument name for messages.
+        value: A torch tensor (any device) or NumPy array of shape ``[N]``.
+
+    Returns:
+        np.ndarray: shape ``[N]``, int32 or int64, C-contiguous.
+
+    Raises:
+        ArgumentError: wrong type, dtype, rank, or a non-contiguous tensor.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in ID_DTYPES:
+            raise ArgumentError(
+                f"bad argument {name}: dtype {value.dtype} must be torch.int32 or torch.int64"
+            )
+        if value.dim() != 1:
+            raise ArgumentError(f"bad argument {name}: shape {tuple(value.shape)} must be 1-D")
+        if not value.is_contiguous():
+            raise ArgumentError(f"bad argument {name}: stride {value.stride()} must be contiguous")
+        if value.device.type == "meta":
+            raise ArgumentError(f"bad argument {name}: device meta holds no ids")
+        if value.device.type != "cpu":
+            value = value.cpu()
+        return value.numpy()
+    if isinstance(value, np.ndarray):
+        if value.dtype not in NP_ID_DTYPES:
+            raise ArgumentError(f"bad argument {name}: dtype {value.dtype} must be int32 or int64")
+        if value.ndim != 1:
+            raise ArgumentError(f"bad argument {name}: shape {value.shape} must be 1-D")
+        if not value.flags.c_contiguous:
+            raise ArgumentError(f"bad argument {name}: strides {value.strides} must be contiguous")
+        return value
+    raise ArgumentError(
+        f"bad argument {name}: {type(value).__name__} must be a torch.Tensor or numpy array"
+    )
+
+
+def cpu_lengths(name: str, value: object) -> np.ndarray:
+    """Host length array: like :func:`host_ids` but the tensor must already be on the CPU.
+
+    Raises:
+        ArgumentError: as :func:`host_ids`, or a tensor that is not on the CPU.
+    """
+    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        raise ArgumentError(
+            f"bad argument {name}: device {value.device} must be cpu (it is read on the host)"
+        )
+    return host_ids(name, value)
+
+
+def count(name: str, value: object) -> int:
+    """A non-negative integer count (bools and floats are rejected).
+
+    Raises:
+        ArgumentError: not an integer, or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"bad argument {name} = {value!r}: must be an int")
+    if value < 0:
+        raise ArgumentError(f"bad argument {name} = {value}: must be >= 0")
+    return int(value)

@@ -1,0 +1,280 @@
+"""``SubPoolAllocator``: the token-level allocator of one sub-pool (API.md §4).
+
+Method names follow SGLang's token allocators so a serving engine can swap ukv in. All
+sizes are in tokens (slots) unless a name says pages, and every id is **virtual**: it
+stays valid while the slot is live, however often compaction moves the bytes behind it.
+Use :meth:`SubPoolAllocator.translate_kv_loc` to get physical ids for kernels.
+
+Each method validates its arguments, calls the native core once, and lets the owning
+:class:`~ukv.pool.UnifiedKVPool` execute whatever the core planned (page moves, table
+updates) before returning. A call that raises has changed nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ukv import _convert
+from ukv.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from ukv.pool import UnifiedKVPool
+
+from ukv import ops
+
+
+class SubPoolAllocator:
+    """Allocator of one sub-pool of a :class:`~ukv.pool.UnifiedKVPool`.
+
+    Obtain it with ``pool.allocator(name)``; do not construct it directly.
+    """
+
+    def __init__(self, pool: UnifiedKVPool, index: int) -> None:
+        self._pool = pool
+        self._arena = pool._arena
+        self._index = index
+        info = self._arena.pool_info(index)
+        self.name: str = info["name"]
+        self.page_size: int = info["page_size"]
+        self.num_pages: int = info["num_pages"]
+        self.min_page_index: int = info["min_page_index"]
+        self.num_virtual_pages: int = info["num_virtual_pages"]
+        self.entry_bytes: int = info["entry_bytes"]
+        self.page_bytes: int = info["page_bytes"]
+        self.grow: str = info["grow"]
+        self.is_id_owner: bool = info["id_owner"]
+        self._tables = pool._tables[index]
+
+    # ----- tables ---------------------------------------------------------------------
+
+    @property
+    def v2p(self) -> torch.Tensor:
+        """Virtual → physical page table, shape ``[num_virtual_pages + 1]``, int64.
+
+        Row 0 is the padding anchor (0), the last row a -1 sentinel, unbound rows -1. Its
+        address is fixed for the pool's lifetime; read it, never write it.
+        """
+        return self._tables.v2p
+
+    @property
+    def p2v(self) -> torch.Tensor:
+        """Physical → virtual page table, shape ``[num_pages + 1]``, int64 (see ``v2p``)."""
+        return self._tables.p2v
+
+    @property
+    def watermark(self) -> int:
+        """Up: the first free page. Down: the highest free page."""
+        return int(self._arena.pool_state(self._index)[0])
+
+    # ----- capacity -------------------------------------------------------------------
+
+    def available_size(self) -> int:
+        """Tokens ``alloc`` can take right now without compacting anything."""
+        return int(self._arena.available_pages(self._index)) * self.page_size
+
+    def schedulable_available_size(self) -> int:
+        """Tokens ``alloc`` is guaranteed to get: also counts what an urgent flush of the
+        neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds."""
+        return int(self._arena.schedulable_pages(self._index)) * self.page_size
+
+    def allocated_count(self) -> int:
+        """Live tokens (live pages × page size)."""
+        return int(self._arena.pool_state(self._index)[1]) * self.page_size
+
+    def is_slot_allocated(self, slot: int) -> bool:
+        """Whether virtual token ``slot`` is live. Out-of-range ids are not; 0 (the padding
+        anchor) always is. No device synchronisation."""
+        return bool(self._arena.is_token_allocated(self._index, int(slot)))
+
+    # ----- allocation -----------------------------------------------------------------
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """Allocate ``need_size`` tokens as whole pages.
+
+        Args:
+            need_size: Tokens to allocate; a multiple of ``page_size``.
+
+        Returns:
+            Tensor | None: virtual token ids, shape ``[need_size]``, int64, on the pool's
+            device (the CPU for ``meta`` pools), ascending inside each page; None when
+            they do not fit (nothing changes then).
+
+        Raises:
+            ArgumentError: ``need_size`` negative, not an int, or not a page multiple.
+        """
+        n = _convert.count("need_size", need_size)
+        ids = self._arena.alloc(self._index, n)
+        self._pool._apply_plan()
+        return None if ids is None else self._pool._ids_out(ids)
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+    ) -> torch.Tensor | None:
+        """Allocate the new tokens of an extend batch, reusing each request's last page.
+
+        Args:
+            prefix_lens: shape ``[B]``; accepted for signature compatibility (unused).
+            prefix_lens_cpu: shape ``[B]`` on the CPU: tokens each request already has.
+            seq_lens: shape ``[B]``; accepted for signature compatibility (unused).
+            seq_lens_cpu: shape ``[B]`` on the CPU: tokens after the extension.
+            last_loc: shape ``[B]``: virtual id of each request's last token (-1 when its
+                prefix is empty). On the CPU it is checked; on CUDA it is used on-device.
+            extend_num_tokens: ``sum(seq_lens - prefix_lens)``.
+
+        Returns:
+            Tensor | None: shape ``[extend_num_tokens]`` int64 virtual ids, requests in
+            order; None when the new pages do not fit.
+
+        Raises:
+            ArgumentError: mismatched lengths, a prefix longer than its sequence, a wrong
+                ``extend_num_tokens``, or (CPU ``last_loc``) a last token that is not live.
+        """
+        del prefix_lens, seq_lens
+        pre = _convert.cpu_lengths("prefix_lens_cpu", prefix_lens_cpu)
+        seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
+        want = _convert.count("extend_num_tokens", extend_num_tokens)
+        if (
+            pre.shape == seq.shape
+            and int(seq.sum(dtype=np.int64) - pre.sum(dtype=np.int64)) != want
+        ):
+            raise ArgumentError(
+                f"bad argument extend_num_tokens = {want}: sum(seq_lens - prefix_lens) is "
+                f"{int(seq.sum(dtype=np.int64) - pre.sum(dtype=np.int64))}"
+            )
+        host_last, dev_last = self._split_last_loc(last_loc, len(pre))
+        res = self._arena.alloc_extend(self._index, pre, seq, host_last)
+        return self._finish_tokens(res, dev_last)
+
+    def alloc_decode(
+        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Allocate one decode token per request (valid at every page size).
+
+        Args:
+            seq_lens: shape ``[B]``; accepted for signature compatibility (unused).
+            seq_lens_cpu: shape ``[B]`` on the CPU: lengths including the new token.
+            last_loc: shape ``[B]``: virtual id of each request's last token.
+
+        Returns:
+            Tensor | None: shape ``[B]`` int64 virtual ids; None when the new pages do not fit.
+
+        Raises:
+            ArgumentError: mismatched lengths, a length below 1, or (CPU ``last_loc``) a
+                last token that is not live.
+        """
+        del seq_lens
+        seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
+        host_last, dev_last = self._split_last_loc(last_loc, len(seq))
+        res = self._arena.alloc_decode(self._index, seq, host_last)
+        return self._finish_tokens(res, dev_last)
+
+    def _split_last_loc(
+        self, last_loc: object, batch: int
+    ) -> tuple[np.ndarray | None, torch.Tensor | None]:
+        if isinstance(last_loc, torch.Tensor) and last_loc.device.type == "cuda":
+            if last_loc.dtype not in _convert.ID_DTYPES or last_loc.shape != (batch,):
+                raise ArgumentError(
+                    f"bad argument last_loc: shape {tuple(last_loc.shape)} dtype {last_loc.dtype} "
+                    f"must be ({batch},) int32/int64"
+                )
+            return None, last_loc
+        return _convert.host_ids("last_loc", last_loc), None
+
+    def _finish_tokens(
+        self, res: tuple[np.ndarray, np.ndarray | None] | None, dev_last: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        self._pool._apply_plan()
+        if res is None:
+            return None
+        tokens, req = res
+        out = self._pool._ids_out(tokens)
+        if req is not None and dev_last is not None:
+            # Tokens continuing a partial page are last_loc[r] + k, finished on the device.
+            req_t = self._pool._ids_out(req)
+            base = dev_last.to(torch.int64).gather(0, req_t.clamp(min=0))
+            out = torch.where(req_t >= 0, out + base, out)
+        return out
+
+    # ----- free -----------------------------------------------------------------------
+
+    def free(self, free_index: torch.Tensor) -> None:
+        """Free the pages of these virtual tokens (any token frees its whole page).
+
+        Eager pools compact at once (moving bytes on the current stream before returning);
+        lazy pools leave holes for ``flush``. Inside a free group the pages are queued.
+
+        Args:
+            free_index: shape ``[N]`` int32/int64 virtual token ids (CPU, CUDA or NumPy; a
+                CUDA tensor is copied to the host first). Empty is a no-op.
+
+        Raises:
+            InvalidIdError: a negative, reserved or out-of-range id.
+            DoubleFreeError: an id that is not live, or repeated at page size 1.
+            ArgumentError: wrong dtype, rank or contiguity.
+        """
+        ids = _convert.host_ids("free_index", free_index)
+        if ids.size == 0:
+            return
+        self._arena.free(self._index, ids)
+        self._pool._apply_plan()
+
+    def free_group_begin(self) -> None:
+        """Queue frees until :meth:`free_group_end` (one compaction for the whole batch).
+
+        Raises:
+            ArgumentError: a group is already open.
+        """
+        self._arena.free_group_begin(self._index)
+
+    def free_group_end(self) -> None:
+        """Free everything queued since :meth:`free_group_begin` in one pass.
+
+        Raises:
+            ArgumentError: no group is open.
+        """
+        self._arena.free_group_end(self._index)
+        self._pool._apply_plan()
+
+    def clear(self) -> None:
+        """Free every slot of this sub-pool (bytes are not zeroed)."""
+        self._arena.clear(self._index)
+        self._pool._apply_plan()
+
+    # ----- translation ----------------------------------------------------------------
+
+    def translate_kv_loc(
+        self, ids: torch.Tensor, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Virtual token ids → physical token ids, on the tables' device, in one launch.
+
+        Tombstoned pages, negative ids and ids beyond the table map to 0 (the padding
+        sink). No host synchronisation; CUDA-graph capturable with a fixed ``out``.
+
+        Args:
+            ids: shape ``[N]`` int32/int64 on the tables' device.
+            out: optional shape ``[N]`` int64 on the same device; written in place and
+                returned (same object, same ``data_ptr``); may alias ``ids``.
+
+        Returns:
+            Tensor: shape ``[N]`` int64 physical token ids.
+
+        Raises:
+            ArgumentError: wrong dtype, shape or device of ``ids`` or ``out``.
+        """
+        return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
+
+    def __repr__(self) -> str:
+        wm, live, holes, pending, _ = self._arena.pool_state(self._index)
+        return (
+            f"SubPoolAllocator({self.name!r}, grow={self.grow}, page_size={self.page_size}, "
+            f"live_pages={live}, holes={holes}, pending={pending}, watermark={wm})"
+        )
