@@ -47,6 +47,7 @@ class SubPoolAllocator:
         self.grow: str = info["grow"]
         self.is_id_owner: bool = info["id_owner"]
         self._tables = pool._tables[index]
+        self._lock = pool._lock
 
     # ----- tables ---------------------------------------------------------------------
 
@@ -106,8 +107,9 @@ class SubPoolAllocator:
             ArgumentError: ``need_size`` negative, not an int, or not a page multiple.
         """
         n = _convert.count("need_size", need_size)
-        ids = self._arena.alloc(self._index, n)
-        self._pool._apply_plan()
+        with self._lock:
+            ids = self._arena.alloc(self._index, n)
+            self._pool._apply_plan()
         return None if ids is None else self._pool._ids_out(ids)
 
     def alloc_extend(
@@ -151,7 +153,9 @@ class SubPoolAllocator:
                 f"{int(seq.sum(dtype=np.int64) - pre.sum(dtype=np.int64))}"
             )
         host_last, dev_last = self._split_last_loc(last_loc, len(pre))
-        res = self._arena.alloc_extend(self._index, pre, seq, host_last)
+        with self._lock:
+            res = self._arena.alloc_extend(self._index, pre, seq, host_last)
+            self._pool._apply_plan()
         return self._finish_tokens(res, dev_last)
 
     def alloc_decode(
@@ -174,7 +178,9 @@ class SubPoolAllocator:
         del seq_lens
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
         host_last, dev_last = self._split_last_loc(last_loc, len(seq))
-        res = self._arena.alloc_decode(self._index, seq, host_last)
+        with self._lock:
+            res = self._arena.alloc_decode(self._index, seq, host_last)
+            self._pool._apply_plan()
         return self._finish_tokens(res, dev_last)
 
     def _split_last_loc(
@@ -192,7 +198,6 @@ class SubPoolAllocator:
     def _finish_tokens(
         self, res: tuple[np.ndarray, np.ndarray | None] | None, dev_last: torch.Tensor | None
     ) -> torch.Tensor | None:
-        self._pool._apply_plan()
         if res is None:
             return None
         tokens, req = res
@@ -224,8 +229,9 @@ class SubPoolAllocator:
         ids = _convert.host_ids("free_index", free_index)
         if ids.size == 0:
             return
-        self._arena.free(self._index, ids)
-        self._pool._apply_plan()
+        with self._lock:
+            self._arena.free(self._index, ids)
+            self._pool._apply_plan()
 
     def free_group_begin(self) -> None:
         """Queue frees until :meth:`free_group_end` (one compaction for the whole batch).
@@ -233,7 +239,8 @@ class SubPoolAllocator:
         Raises:
             ArgumentError: a group is already open.
         """
-        self._arena.free_group_begin(self._index)
+        with self._lock:
+            self._arena.free_group_begin(self._index)
 
     def free_group_end(self) -> None:
         """Free everything queued since :meth:`free_group_begin` in one pass.
@@ -241,13 +248,15 @@ class SubPoolAllocator:
         Raises:
             ArgumentError: no group is open.
         """
-        self._arena.free_group_end(self._index)
-        self._pool._apply_plan()
+        with self._lock:
+            self._arena.free_group_end(self._index)
+            self._pool._apply_plan()
 
     def clear(self) -> None:
         """Free every slot of this sub-pool (bytes are not zeroed)."""
-        self._arena.clear(self._index)
-        self._pool._apply_plan()
+        with self._lock:
+            self._arena.clear(self._index)
+            self._pool._apply_plan()
 
     # ----- translation ----------------------------------------------------------------
 

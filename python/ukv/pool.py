@@ -12,6 +12,11 @@ with the caller's later work on that stream. A caller whose forward runs on anot
 stream must make the current stream wait on it before ``free``/``flush`` (eager mode
 moves bytes the forward may still read), or use lazy mode and report forwards with
 :meth:`UnifiedKVPool.set_inflight_forward`.
+
+Thread safety: a pool may be shared by threads. Every operation holds the pool's lock
+from the call into the core until its plan has been executed, so operations are atomic
+with respect to each other; reads of sizes are single calls into the core. The native
+arena itself refuses a concurrent call with an error rather than racing.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import numbers
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +127,9 @@ class UnifiedKVPool:
             max_moves_per_flush=_positive("max_moves_per_flush", max_moves_per_flush),
         )
         self.lazy = bool(lazy)
+        # One lock per pool: an operation and the execution of its plan are one step, so a
+        # second thread can never replace a plan before it has been executed.
+        self._lock = threading.RLock()
         self.raw = _buffer(self.total_bytes, self.device)
         table_device = torch.device("cpu") if self.device.type == "meta" else self.device
         self._tables = [DeviceTables(self._arena, i, table_device) for i in range(len(self._specs))]
@@ -331,7 +340,11 @@ class UnifiedKVPool:
         """
         if not self.lazy:
             return 0
-        self.retire_completed()
+        with self._lock:
+            return self._flush_locked(bool(urgent))
+
+    def _flush_locked(self, urgent: bool) -> int:
+        self._retire_locked()
         latest = self._arena.latest_token()
         loc = self._write_locs.get(latest) if latest is not None else None
         if loc is not None and not urgent:
@@ -340,7 +353,7 @@ class UnifiedKVPool:
                 if spec.is_paged:
                     self._arena.set_inflight_writes(i, latest, host)
             self._write_locs.pop(latest, None)
-        moves = int(self._arena.flush(bool(urgent)))
+        moves = int(self._arena.flush(urgent))
         self._apply_plan()
         return moves
 
@@ -350,14 +363,19 @@ class UnifiedKVPool:
         tokens ``out_cache_loc`` of every KV sub-pool. Only references are stored."""
         if not hasattr(event, "query"):
             raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
-        token = next(self._tokens)
-        self._events[token] = event
-        if out_cache_loc is not None:
-            self._write_locs[token] = out_cache_loc
-        self._arena.set_latest_token(token)
+        with self._lock:
+            token = next(self._tokens)
+            self._events[token] = event
+            if out_cache_loc is not None:
+                self._write_locs[token] = out_cache_loc
+            self._arena.set_latest_token(token)
 
     def retire_completed(self) -> None:
         """Release what completed forwards were holding (pending pages, write blockers)."""
+        with self._lock:
+            self._retire_locked()
+
+    def _retire_locked(self) -> None:
         for token, event in list(self._events.items()):
             if event.query():
                 self._arena.retire_token(token)

@@ -9,10 +9,13 @@ use pyo3::types::PyDict;
 use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec};
 
 use crate::convert::{borrowed_view, ids, to_numpy};
-use crate::errors::{argument, raise, to_py};
+use crate::errors::{raise, to_py};
 
 /// One sub-pool as Python declares it: (name, entry_bytes, page_size, "up"|"down", id_owner).
 type PoolTuple = (String, u64, u64, String, Option<usize>);
+
+/// A NumPy int64 array owned by Python.
+type Arr<'py> = Bound<'py, PyArray1<i64>>;
 
 /// Token ids of a token-level allocation, and (without host `last_loc`) the request column.
 type TokenResult<'py> = Option<(Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>)>;
@@ -28,7 +31,10 @@ impl PyArena {
     /// Run `f` on the arena; a panic poisons the arena instead of reaching Python.
     fn call<T>(&mut self, f: impl FnOnce(&mut Arena) -> ukv_core::Result<T>) -> PyResult<T> {
         if let Some(why) = &self.poisoned {
-            return Err(raise("PoolPoisonedError", format!("the arena is unusable: {why}")));
+            return Err(raise(
+                "PoolPoisonedError",
+                format!("the arena is unusable: {why}"),
+            ));
         }
         match catch_unwind(AssertUnwindSafe(|| f(&mut self.inner))) {
             Ok(r) => r.map_err(to_py),
@@ -39,7 +45,10 @@ impl PyArena {
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "internal panic".into());
                 self.poisoned = Some(format!("internal error: {why}"));
-                Err(raise("PoolPoisonedError", format!("internal error, arena poisoned: {why}")))
+                Err(raise(
+                    "PoolPoisonedError",
+                    format!("internal error, arena poisoned: {why}"),
+                ))
             }
         }
     }
@@ -48,7 +57,10 @@ impl PyArena {
         self.inner.try_pool(pool).map(|_| ()).map_err(to_py)
     }
 
-    fn tokens_out<'py>(&self, py: Python<'py>) -> (Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>) {
+    fn tokens_out<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> (Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>) {
         let plan = self.inner.plan();
         let req = (!plan.token_req.is_empty()).then(|| to_numpy(py, &plan.token_req));
         (to_numpy(py, &plan.tokens), req)
@@ -71,20 +83,44 @@ impl PyArena {
     /// Arena(total_bytes, pools, lazy=False, max_moves_per_flush=4096)
     #[new]
     #[pyo3(signature = (total_bytes, pools, lazy=false, max_moves_per_flush=ukv_core::DEFAULT_MAX_MOVES_PER_FLUSH))]
-    fn new(total_bytes: u64, pools: Vec<PoolTuple>, lazy: bool, max_moves_per_flush: usize) -> PyResult<Self> {
+    fn new(
+        total_bytes: u64,
+        pools: Vec<PoolTuple>,
+        lazy: bool,
+        max_moves_per_flush: usize,
+    ) -> PyResult<Self> {
         let specs = pools
             .into_iter()
             .map(|(name, entry_bytes, page_size, grow, id_owner)| {
-                Ok(PoolSpec { name, entry_bytes, page_size, direction: direction(&grow)?, id_owner })
+                Ok(PoolSpec {
+                    name,
+                    entry_bytes,
+                    page_size,
+                    direction: direction(&grow)?,
+                    id_owner,
+                })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let cfg = ArenaConfig { total_bytes, pools: specs, lazy, max_moves_per_flush };
+        let cfg = ArenaConfig {
+            total_bytes,
+            pools: specs,
+            lazy,
+            max_moves_per_flush,
+        };
         let inner = Arena::new(cfg).map_err(to_py)?;
-        Ok(PyArena { inner, poisoned: None })
+        Ok(PyArena {
+            inner,
+            poisoned: None,
+        })
     }
 
     /// Allocate `num_tokens` tokens; the virtual token ids, or None when they do not fit.
-    fn alloc<'py>(&mut self, py: Python<'py>, pool: usize, num_tokens: i64) -> PyResult<Option<Bound<'py, PyArray1<i64>>>> {
+    fn alloc<'py>(
+        &mut self,
+        py: Python<'py>,
+        pool: usize,
+        num_tokens: i64,
+    ) -> PyResult<Option<Bound<'py, PyArray1<i64>>>> {
         let ok = self.call(|a| a.alloc_tokens(pool, num_tokens))?;
         Ok(ok.then(|| to_numpy(py, &self.inner.plan().tokens)))
     }
@@ -179,7 +215,12 @@ impl PyArena {
         self.inner.latest_token()
     }
 
-    fn set_inflight_writes(&mut self, pool: usize, token: u64, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_inflight_writes(
+        &mut self,
+        pool: usize,
+        token: u64,
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let tokens = ids(tokens, "out_cache_loc")?;
         let tokens = tokens.as_slice()?;
         self.call(|a| a.set_inflight_writes(pool, token, tokens))
@@ -244,7 +285,14 @@ impl PyArena {
         d.set_item("min_page_index", g.min_page_index)?;
         d.set_item("num_virtual_pages", g.num_virtual_pages)?;
         d.set_item("min_virtual_page", g.min_virtual_page)?;
-        d.set_item("grow", if g.direction == Direction::Up { "up" } else { "down" })?;
+        d.set_item(
+            "grow",
+            if g.direction == Direction::Up {
+                "up"
+            } else {
+                "down"
+            },
+        )?;
         d.set_item("lazy", p.is_lazy())?;
         d.set_item("id_owner", p.is_id_owner())?;
         Ok(d)
@@ -253,7 +301,13 @@ impl PyArena {
     /// Mutable state of one pool: (watermark, live_pages, holes, pending, span_pages).
     fn pool_state(&self, pool: usize) -> PyResult<(i64, usize, usize, usize, i64)> {
         let p = self.inner.try_pool(pool).map_err(to_py)?;
-        Ok((p.watermark(), p.live_pages(), p.num_holes(), p.num_pending(), p.span_pages()))
+        Ok((
+            p.watermark(),
+            p.live_pages(),
+            p.num_holes(),
+            p.num_pending(),
+            p.span_pages(),
+        ))
     }
 
     /// Running counters: (pages_moved, bytes_moved, compactions, flushes).
@@ -290,7 +344,7 @@ impl PyArena {
     // ----- the last operation's plan ------------------------------------------------------
 
     /// Page moves of the last operation: a list of (pool, src pages, dst pages).
-    fn plan_moves<'py>(&self, py: Python<'py>) -> Vec<(usize, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
+    fn plan_moves<'py>(&self, py: Python<'py>) -> Vec<(usize, Arr<'py>, Arr<'py>)> {
         let plan = self.inner.plan();
         plan.pools
             .iter()
@@ -306,14 +360,19 @@ impl PyArena {
         &self,
         py: Python<'py>,
         pool: usize,
-    ) -> PyResult<Option<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)>> {
+    ) -> PyResult<Option<(Arr<'py>, Arr<'py>)>> {
         self.check_pool(pool)?;
         let p = &self.inner.plan().pools[pool];
         if p.v2p_rows.is_empty() && p.p2v_rows.is_empty() {
             return Ok(None);
         }
         let offset = self.inner.pool(pool).v2p().len() as i64;
-        let rows: Vec<i64> = p.v2p_rows.iter().copied().chain(p.p2v_rows.iter().map(|r| r + offset)).collect();
+        let rows: Vec<i64> = p
+            .v2p_rows
+            .iter()
+            .copied()
+            .chain(p.p2v_rows.iter().map(|r| r + offset))
+            .collect();
         let vals: Vec<i64> = p.v2p_vals.iter().chain(&p.p2v_vals).copied().collect();
         Ok(Some((to_numpy(py, &rows), to_numpy(py, &vals))))
     }
@@ -321,7 +380,9 @@ impl PyArena {
     /// Pools whose tables were rewritten whole by the last operation (`clear`).
     fn plan_resets(&self) -> Vec<usize> {
         let plan = self.inner.plan();
-        (0..plan.pools.len()).filter(|&i| plan.pools[i].reset).collect()
+        (0..plan.pools.len())
+            .filter(|&i| plan.pools[i].reset)
+            .collect()
     }
 
     /// Completion tokens the caller's stream must wait on before executing the moves.
@@ -345,13 +406,24 @@ impl PyArena {
         self.check_pool(pool)
     }
 
-    fn __repr__(&self) -> String {
-        format!("Arena(total_bytes={}, pools={})", self.inner.total_bytes(), self.inner.num_pools())
+    /// Test hook: panic inside the core-call guard, to prove a panic poisons the arena
+    /// instead of reaching Python. Never called by ukv itself.
+    fn _debug_panic(&mut self) -> PyResult<()> {
+        self.call(|_| -> ukv_core::Result<()> {
+            std::panic::panic_any("debug panic requested".to_string())
+        })
     }
-}
 
-/// Raise an argument error from Python code paths that share the Rust wording.
-#[pyfunction]
-pub fn _argument_error(arg: &str, value: &str, reason: &str) -> PyErr {
-    argument(arg, value, reason)
+    /// Whether an internal failure has made this arena refuse further calls.
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Arena(total_bytes={}, pools={})",
+            self.inner.total_bytes(),
+            self.inner.num_pools()
+        )
+    }
 }

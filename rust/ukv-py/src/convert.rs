@@ -41,7 +41,9 @@ pub fn ids<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Ids<'py>> {
     if let Ok(a) = obj.downcast::<PyArray1<i32>>() {
         check_contiguous(a.is_contiguous(), name)?;
         let ro = a.readonly();
-        let s = ro.as_slice().map_err(|_| argument(name, "a strided array", "must be contiguous"))?;
+        let s = ro
+            .as_slice()
+            .map_err(|_| argument(name, "a strided array", "must be contiguous"))?;
         return Ok(Ids::Widened(s.iter().map(|&x| i64::from(x)).collect()));
     }
     let desc = describe(obj);
@@ -57,8 +59,14 @@ fn check_contiguous(ok: bool, name: &str) -> PyResult<()> {
 }
 
 fn describe(obj: &Bound<'_, PyAny>) -> String {
-    let shape = obj.getattr("shape").map(|s| s.to_string()).unwrap_or_default();
-    let dtype = obj.getattr("dtype").map(|s| s.to_string()).unwrap_or_default();
+    let shape = obj
+        .getattr("shape")
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let dtype = obj
+        .getattr("dtype")
+        .map(|s| s.to_string())
+        .unwrap_or_default();
     match (shape.is_empty(), dtype.is_empty()) {
         (false, false) => format!("array of shape {shape} and dtype {dtype}"),
         _ => obj

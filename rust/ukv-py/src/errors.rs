@@ -31,14 +31,18 @@ fn errors_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 
 /// The exception class called `name` in `ukv.errors`.
 pub fn exception_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
-    Ok(errors_module(py)?.getattr(name)?.downcast_into::<PyType>()?)
+    Ok(errors_module(py)?
+        .getattr(name)?
+        .downcast_into::<PyType>()?)
 }
 
 /// Build a `PyErr` of class `name` with `message`.
 pub fn raise(name: &str, message: String) -> PyErr {
     Python::with_gil(|py| match exception_class(py, name) {
         Ok(cls) => PyErr::from_type(cls, message),
-        Err(e) => PyRuntimeError::new_err(format!("{message} (and ukv.errors failed to import: {e})")),
+        Err(e) => {
+            PyRuntimeError::new_err(format!("{message} (and ukv.errors failed to import: {e})"))
+        }
     })
 }
 
@@ -56,5 +60,8 @@ pub fn to_py(err: UkvError) -> PyErr {
 
 /// An argument error naming `arg` and `value`.
 pub fn argument(arg: &str, value: impl std::fmt::Display, reason: &str) -> PyErr {
-    raise("ArgumentError", format!("bad argument {arg} = {value}: {reason}"))
+    raise(
+        "ArgumentError",
+        format!("bad argument {arg} = {value}: {reason}"),
+    )
 }

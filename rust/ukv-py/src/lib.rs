@@ -13,7 +13,10 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arena::PyArena>()?;
     m.add("TOMBSTONE", ukv_core::TOMBSTONE)?;
-    m.add("DEFAULT_MAX_MOVES_PER_FLUSH", ukv_core::DEFAULT_MAX_MOVES_PER_FLUSH)?;
+    m.add(
+        "DEFAULT_MAX_MOVES_PER_FLUSH",
+        ukv_core::DEFAULT_MAX_MOVES_PER_FLUSH,
+    )?;
     for name in errors::EXCEPTION_NAMES {
         m.add(name, errors::exception_class(m.py(), name)?)?;
     }
