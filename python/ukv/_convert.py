@@ -33,6 +33,20 @@ def host_ids(name: str, value: object) -> np.ndarray:
     Raises:
         ArgumentError: wrong type, dtype, rank, or a non-contiguous tensor.
     """
+    if type(value) is torch.Tensor and not value.is_cuda:
+        # Hot path: a CPU tensor already in the right form costs one view and three checks.
+        try:
+            arr = value.numpy()
+        except (RuntimeError, TypeError):
+            arr = None
+        if (
+            arr is not None
+            and arr.ndim == 1
+            and arr.dtype in NP_ID_DTYPES
+            and arr.flags.c_contiguous
+            and value.is_contiguous()
+        ):
+            return arr
     if isinstance(value, torch.Tensor):
         if value.dtype not in ID_DTYPES:
             raise ArgumentError(
@@ -79,6 +93,8 @@ def count(name: str, value: object) -> int:
     Raises:
         ArgumentError: not an integer, or negative.
     """
+    if type(value) is int and value >= 0:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"bad argument {name} = {value!r}: must be an int")
     if value < 0:

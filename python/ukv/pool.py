@@ -136,6 +136,22 @@ class UnifiedKVPool:
         self._info = [self._arena.pool_info(i) for i in range(len(self._specs))]
         self._views = [self._build_views(s, info) for s, info in zip(self._specs, self._info)]
         self._allocators = [SubPoolAllocator(self, i) for i in range(len(self._specs))]
+        # Host tables are live views: changed rows need no work unless a device mirrors them.
+        mirrored = any(t.mirrored for t in self._tables)
+        self._work_mask = PLAN_WAITS | PLAN_MOVES | PLAN_RESETS | (PLAN_ROWS if mirrored else 0)
+        # CPU pools move pages with NumPy indexing unless Triton's interpreter is on (tests).
+        self._use_triton = ops.use_triton(self.raw.device)
+        self._ids_on_host = self._tables[0].device.type == "cpu"
+        self._host_rows = (
+            None
+            if self._use_triton or self.device.type != "cpu"
+            else [
+                layout.page_envelope_view(
+                    self.raw, int(i["page_bytes"]), int(i["num_pages"])
+                ).numpy()
+                for i in self._info
+            ]
+        )
         self._events: dict[int, Any] = {}
         self._write_locs: dict[int, torch.Tensor] = {}
         self._tokens = itertools.count(1)
@@ -385,21 +401,35 @@ class UnifiedKVPool:
     # ----- plan execution --------------------------------------------------------------------
 
     def _apply_plan(self) -> None:
-        """Execute the arena's last plan: waits, page moves, table updates (one launch per
-        sub-pool that has moves; one scatter per sub-pool that only changed rows)."""
-        waits = self._arena.plan_waits()
-        if waits:
-            self._wait(waits)
-        moves = {i: (src, dst) for i, src, dst in self._arena.plan_moves()}
-        for i in self._arena.plan_resets():
-            self._tables[i].reupload()
+        """Execute the arena's last plan: waits, page moves, table updates."""
+        flags = self._arena.plan_flags()
+        if not flags & self._work_mask:
+            return
+        if flags & PLAN_WAITS:
+            self._wait(self._arena.plan_waits())
+        if flags & PLAN_RESETS:
+            for i in self._arena.plan_resets():
+                self._tables[i].reupload()
         if self.device.type == "meta":
             return
+        moves = self._arena.plan_moves() if flags & PLAN_MOVES else []
+        if self._host_rows is not None:
+            # CPU without Triton: NumPy fancy indexing on a view of the same memory (the
+            # right side is materialised first, as the move contract requires).
+            for i, src, dst in moves:
+                rows = self._host_rows[i]
+                rows[dst] = rows[src]
+            return
+        self._launch_plan(moves, bool(flags & PLAN_ROWS))
+
+    def _launch_plan(self, moves: list[tuple[int, np.ndarray, np.ndarray]], rows: bool) -> None:
+        """One launch per sub-pool with work: its page moves and its changed table rows."""
+        by_pool = {i: (src, dst) for i, src, dst in moves}
         for i, tables in enumerate(self._tables):
-            upd = tables.pending_updates()
-            if i not in moves and upd is None:
+            upd = tables.pending_updates() if rows else None
+            if i not in by_pool and upd is None:
                 continue
-            src, dst = moves.get(i, (_EMPTY, _EMPTY))
+            src, dst = by_pool.get(i, (_EMPTY, _EMPTY))
             tab_idx, tab_val = upd if upd is not None else (None, None)
             ops.move_pages(
                 self.raw,
@@ -422,6 +452,8 @@ class UnifiedKVPool:
                 event.synchronize()
 
     def _ids_out(self, ids: np.ndarray) -> torch.Tensor:
+        if self._ids_on_host:
+            return torch.from_numpy(ids)
         return to_device(ids, self._tables[0].device)
 
     # ----- checks and stats -----------------------------------------------------------------
@@ -481,6 +513,8 @@ class UnifiedKVPool:
 
 
 _EMPTY = np.empty(0, dtype=np.int64)
+# Bits of ``Arena.plan_flags()``.
+PLAN_WAITS, PLAN_MOVES, PLAN_RESETS, PLAN_ROWS = 1, 2, 4, 8
 
 
 def _token_gather(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:

@@ -390,6 +390,28 @@ impl PyArena {
         self.inner.plan().wait_tokens.clone()
     }
 
+    /// What the last operation left to do, as bit flags: 1 waits, 2 page moves, 4 table
+    /// resets, 8 changed table rows (one cheap call on the hot path).
+    fn plan_flags(&self) -> u32 {
+        let plan = self.inner.plan();
+        let mut flags = 0;
+        if !plan.wait_tokens.is_empty() {
+            flags |= 1;
+        }
+        for p in &plan.pools {
+            if p.num_moves() > 0 {
+                flags |= 2;
+            }
+            if p.reset {
+                flags |= 4;
+            }
+            if !p.v2p_rows.is_empty() || !p.p2v_rows.is_empty() {
+                flags |= 8;
+            }
+        }
+        flags
+    }
+
     /// Virtual pages bound by the last operation.
     fn plan_pages<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
         to_numpy(py, &self.inner.plan().pages)
