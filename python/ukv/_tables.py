@@ -4,8 +4,8 @@ The core owns the tables on the host. On the CPU (and for ``meta`` pools, which 
 their bookkeeping on the host) the torch tables are zero-copy views of the core's memory,
 so they are always current and cost nothing to maintain. On CUDA the two tables are
 slices of one device tensor with a fixed address for the pool's lifetime (CUDA-graph
-safe); after every operation the changed rows are copied from pinned host memory
-without blocking, and scattered in one launch on the current stream.
+safe); after every operation the pool copies the changed rows from pinned host memory
+without blocking and scatters them in one launch on the current stream.
 """
 
 from __future__ import annotations
@@ -40,16 +40,6 @@ class DeviceTables:
             self.both = None
             self.v2p = host_v2p
             self.p2v = host_p2v
-
-    def pending_updates(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The last operation's changed rows of ``both`` as device (rows, values), or None."""
-        if not self.mirrored:
-            return None
-        upd = self._arena.plan_table_updates(self._index)
-        if upd is None:
-            return None
-        rows, vals = upd
-        return to_device(rows, self.device), to_device(vals, self.device)
 
     def reupload(self) -> None:
         """Copy both host tables whole (after ``clear``)."""

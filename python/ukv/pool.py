@@ -423,22 +423,30 @@ class UnifiedKVPool:
         self._launch_plan(moves, bool(flags & PLAN_ROWS))
 
     def _launch_plan(self, moves: list[tuple[int, np.ndarray, np.ndarray]], rows: bool) -> None:
-        """One launch per sub-pool with work: its page moves and its changed table rows."""
+        """Per sub-pool with work: one host-to-device copy of everything the plan needs,
+        then one launch (the move kernel with the table scatter fused in, or a plain
+        scatter when only table rows changed)."""
         by_pool = {i: (src, dst) for i, src, dst in moves}
         for i, tables in enumerate(self._tables):
-            upd = tables.pending_updates() if rows else None
+            upd = self._arena.plan_table_updates(i) if rows and tables.mirrored else None
             if i not in by_pool and upd is None:
                 continue
             src, dst = by_pool.get(i, (_EMPTY, _EMPTY))
-            tab_idx, tab_val = upd if upd is not None else (None, None)
+            tab_idx, tab_val = upd if upd is not None else (_EMPTY, _EMPTY)
+            sizes = [len(src), len(dst), len(tab_idx), len(tab_val)]
+            packed = to_device(np.concatenate([src, dst, tab_idx, tab_val]), self.device)
+            d_src, d_dst, d_idx, d_val = torch.split(packed, sizes)
+            if len(src) == 0 and tables.both is not None:
+                tables.both.index_copy_(0, d_idx, d_val)
+                continue
             ops.move_pages(
                 self.raw,
                 int(self._info[i]["page_bytes"]),
-                to_device(src, self.device),
-                to_device(dst, self.device),
+                d_src,
+                d_dst,
                 tables=tables.both if upd is not None else None,
-                tab_idx=tab_idx,
-                tab_val=tab_val,
+                tab_idx=d_idx if upd is not None else None,
+                tab_val=d_val if upd is not None else None,
             )
 
     def _wait(self, tokens: list[int]) -> None:
