@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from ukv.errors import ArgumentError, PoolConfigError
 from ukv.layout import mha_views, mla_views, page_envelope_view, state_views
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, reserved_floor

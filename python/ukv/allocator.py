@@ -12,6 +12,7 @@ updates) before returning. A call that raises has changed nothing.
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,7 +89,14 @@ class SubPoolAllocator:
     def is_slot_allocated(self, slot: int) -> bool:
         """Whether virtual token ``slot`` is live. Out-of-range ids are not; 0 (the padding
         anchor) always is. No device synchronisation."""
-        return bool(self._arena.is_token_allocated(self._index, int(slot)))
+        if isinstance(slot, torch.Tensor) and slot.numel() == 1 and not slot.is_floating_point():
+            slot = int(slot)
+        if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
+            raise ArgumentError(f"bad argument slot = {slot!r}: must be an int")
+        s = int(slot)
+        if not -(1 << 63) <= s < 1 << 63:
+            return False  # beyond any id space
+        return bool(self._arena.is_token_allocated(self._index, s))
 
     # ----- allocation -----------------------------------------------------------------
 

@@ -290,6 +290,11 @@ def _check_store_args(
     num_tokens, heads = loc.numel(), k_view.shape[2]
     for name, x, view in (("k", k, k_view), ("v", v, v_view)):
         _check_tensor(name, x, ndim=3, device=device)
+        if not (x.dtype.is_floating_point or x.dtype == view.dtype):
+            raise ArgumentError(
+                f"{name} is {_dtype_name(x.dtype)}: K/V must be a float dtype "
+                f"(or already {_dtype_name(view.dtype)}, the view's store dtype)"
+            )
         expected = (num_tokens, heads, view.shape[3])
         if tuple(x.shape) != expected:
             raise ArgumentError(f"{name} must have shape {expected}, got {tuple(x.shape)}")

@@ -16,7 +16,10 @@ moves bytes the forward may still read), or use lazy mode and report forwards wi
 Thread safety: a pool may be shared by threads. Every operation holds the pool's lock
 from the call into the core until its plan has been executed, so operations are atomic
 with respect to each other; reads of sizes are single calls into the core. The native
-arena itself refuses a concurrent call with an error rather than racing.
+arena itself refuses a concurrent call with an error rather than racing. Physical ids
+(``translate_kv_loc``) stay valid only until the next free or flush by any thread moves
+pages: a thread that translates and then writes or reads bytes while other threads
+allocate and free holds :attr:`UnifiedKVPool.lock` across both steps.
 """
 
 from __future__ import annotations
@@ -208,6 +211,13 @@ class UnifiedKVPool:
         return int(i["min_page_index"] * i["page_size"])
 
     @property
+    def lock(self) -> threading.RLock:
+        """The pool's re-entrant lock; every operation takes it. Hold it across
+        ``translate_kv_loc`` and the use of the physical ids when other threads may free or
+        flush meanwhile (their compaction moves pages and makes those ids stale)."""
+        return self._lock
+
+    @property
     def reserved_floor(self) -> int:
         """Bytes ``[0, reserved_floor)`` are the padding sink."""
         return int(self._arena.reserved_floor())
@@ -308,16 +318,20 @@ class UnifiedKVPool:
             list[Tensor]: one CPU tensor per view (KV: K then V per layer; state: each conv
             then temporal), each with the token/slot dimension of length N.
         """
-        views, phys = self._gather_targets(name, ids)
-        return [gather(view, phys).cpu() for view, gather in views]
+        with self._lock:  # translate + gather in one step: a compaction may not intervene
+            views, phys = self._gather_targets(name, ids)
+            return [gather(view, phys).cpu() for view, gather in views]
 
     def load_cpu_copy(self, name: str, copy: Sequence[torch.Tensor], ids: torch.Tensor) -> None:
         """Write host copies made by :meth:`get_cpu_copy` back at these (live) virtual ids."""
-        views, phys = self._gather_targets(name, ids)
-        if len(copy) != len(views):
-            raise ArgumentError(f"bad argument copy: {len(copy)} tensors, expected {len(views)}")
-        for (view, _), src in zip(views, copy):
-            _scatter(view, phys, src.to(view.device), self._specs[self._idx(name)])
+        with self._lock:
+            views, phys = self._gather_targets(name, ids)
+            if len(copy) != len(views):
+                raise ArgumentError(
+                    f"bad argument copy: {len(copy)} tensors, expected {len(views)}"
+                )
+            for (view, _), src in zip(views, copy):
+                _scatter(view, phys, src.to(view.device), self._specs[self._idx(name)])
 
     def _gather_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
         i = self._idx(name)
@@ -379,6 +393,17 @@ class UnifiedKVPool:
         tokens ``out_cache_loc`` of every KV sub-pool. Only references are stored."""
         if not hasattr(event, "query"):
             raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
+        if out_cache_loc is not None:
+            # Metadata only (no device read): the ids themselves are read at the next flush.
+            if not isinstance(out_cache_loc, torch.Tensor):
+                raise ArgumentError(
+                    f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
+                )
+            if out_cache_loc.dtype not in (torch.int32, torch.int64) or out_cache_loc.dim() != 1:
+                raise ArgumentError(
+                    f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
+                    f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
+                )
         with self._lock:
             token = next(self._tokens)
             self._events[token] = event
@@ -468,6 +493,10 @@ class UnifiedKVPool:
 
     def stats(self) -> PoolStats:
         """Bytes used per side, the free gap, holes, pending pages, moves so far."""
+        with self._lock:  # one consistent snapshot, not fields of different moments
+            return self._stats_locked()
+
+    def _stats_locked(self) -> PoolStats:
         subs = []
         for i, info in enumerate(self._info):
             wm, live, holes, pending, span = self._arena.pool_state(i)
@@ -500,6 +529,10 @@ class UnifiedKVPool:
             InvariantError: with the out-of-sync values. (On CUDA this reads the device
                 tables back: a synchronisation, meant for tests and debugging.)
         """
+        with self._lock:  # the core check runs without the GIL: keep writers out
+            self._check_invariants_locked()
+
+    def _check_invariants_locked(self) -> None:
         self._arena.check_invariants()
         from ukv.errors import InvariantError
 
@@ -545,6 +578,8 @@ def _scatter(view: torch.Tensor, phys: torch.Tensor, src: torch.Tensor, spec: Sp
 def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise PoolConfigError(f"invalid {name} = {value!r}: must be a positive int")
+    if value >= 1 << 64:
+        raise PoolConfigError(f"invalid {name} = {value!r}: must be below 2**64")
     return int(value)
 
 
