@@ -15,6 +15,9 @@ use crate::lazy::FlushMode;
 use crate::plan::Plan;
 use crate::subpool::{FreeGroup, SubPool};
 
+/// Batches up to this many ids use element-wise deque operations instead of bulk ones.
+pub(crate) const SMALL_BATCH: usize = 8;
+
 /// Default cap on the page moves of one non-urgent flush pass.
 pub const DEFAULT_MAX_MOVES_PER_FLUSH: usize = 4096;
 
@@ -43,6 +46,25 @@ impl ArenaConfig {
     }
 }
 
+/// The bands on either side of one band in the chain.
+#[derive(Debug, Clone, Copy, Default)]
+struct Links {
+    /// The band just above (higher bytes), if any.
+    above: Option<usize>,
+    /// The band just below (lower bytes), if any.
+    below: Option<usize>,
+}
+
+/// Neighbours of every pool, from the band order.
+fn links_of(chain: &[usize], n: usize) -> Vec<Links> {
+    let mut links = vec![Links::default(); n];
+    for (pos, &i) in chain.iter().enumerate() {
+        links[i].above = chain.get(pos + 1).copied();
+        links[i].below = pos.checked_sub(1).map(|q| chain[q]);
+    }
+    links
+}
+
 /// The two-ended arena: sub-pools, their frontier, and the plan of the last operation.
 #[derive(Debug, Clone)]
 pub struct Arena {
@@ -51,6 +73,8 @@ pub struct Arena {
     pools: Vec<SubPool>,
     /// Pool indices in band order, lowest bytes first.
     chain: Vec<usize>,
+    /// Each pool's neighbours in the chain (derived from `chain` once: hot-path lookups).
+    links: Vec<Links>,
     plan: Plan,
     latest: Option<u64>,
     max_moves: usize,
@@ -89,11 +113,12 @@ impl Arena {
             .iter()
             .zip(geos)
             .map(|(s, g)| SubPool::new(s, g, cfg.lazy))
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Arena {
             total_bytes: cfg.total_bytes,
             floor,
             plan: Plan::with_pools(pools.len()),
+            links: links_of(&chain, pools.len()),
             pools,
             chain,
             latest: None,
@@ -126,12 +151,21 @@ impl Arena {
     }
 
     /// Sub-pool `i`, or an argument error naming `i`.
+    #[inline]
     pub fn try_pool(&self, i: usize) -> Result<&SubPool> {
-        self.pools.get(i).ok_or_else(|| UkvError::Argument {
+        match self.pools.get(i) {
+            Some(p) => Ok(p),
+            None => Err(self.no_such_pool(i)),
+        }
+    }
+
+    #[cold]
+    fn no_such_pool(&self, i: usize) -> UkvError {
+        UkvError::Argument {
             arg: "pool",
             value: i.to_string(),
             reason: format!("the arena has {} sub-pools", self.pools.len()),
-        })
+        }
     }
 
     /// Index of the sub-pool called `name`.
@@ -151,23 +185,31 @@ impl Arena {
 
     // ----- capacity ---------------------------------------------------------------------
 
-    /// Bytes between the band of `i` and its neighbour in its growth direction.
+    /// Bytes between the band of `i` and its neighbour in its growth direction (0 for an
+    /// out-of-range `i`).
     pub fn gap_bytes(&self, i: usize) -> u64 {
-        let p = &self.pools[i];
+        let Some(p) = self.pools.get(i) else {
+            return 0; // no such pool: no room (like `is_token_allocated`, never a panic)
+        };
         match p.geo.direction {
             Direction::Up => self.limit_above(i).saturating_sub(p.high_byte()),
             Direction::Down => p.low_byte().saturating_sub(self.limit_below(i)),
         }
     }
 
-    /// Pages `alloc` can take from pool `i` right now, without compacting anything.
+    /// Pages `alloc` can take from pool `i` right now, without compacting anything (0 for
+    /// an out-of-range `i`).
     pub fn available_pages(&self, i: usize) -> i64 {
-        self.pools[i].holes.len() as i64 + self.extension_room(i, 0)
+        let Some(p) = self.pools.get(i) else { return 0 };
+        p.holes.len() as i64 + self.extension_room(i, 0)
     }
 
     /// Pages `alloc` on pool `i` is guaranteed to get, counting the holes and pending pages
-    /// an urgent flush of the neighbour would turn into gap.
+    /// an urgent flush of the neighbour would turn into gap (0 for an out-of-range `i`).
     pub fn schedulable_pages(&self, i: usize) -> i64 {
+        if i >= self.pools.len() {
+            return 0;
+        }
         let extra = self
             .growth_neighbour(i)
             .map_or(0, |n| self.drainable_bytes(n));
@@ -183,39 +225,40 @@ impl Arena {
     fn extension_room(&self, i: usize, extra: u64) -> i64 {
         let p = &self.pools[i];
         let by_bytes = (self.gap_bytes(i) + extra) / p.geo.page_bytes;
-        (by_bytes.min(i64::MAX as u64) as i64).min(p.index_room()).max(0)
-    }
-
-    fn chain_pos(&self, i: usize) -> usize {
-        self.chain.iter().position(|&c| c == i).unwrap_or(0)
+        (by_bytes.min(i64::MAX as u64) as i64)
+            .min(p.index_room())
+            .max(0)
     }
 
     /// The lowest byte an up-growing band `i` may not reach.
+    #[inline]
     fn limit_above(&self, i: usize) -> u64 {
-        match self.chain.get(self.chain_pos(i) + 1) {
-            Some(&n) => self.pools[n].low_byte(),
+        match self.links[i].above {
+            Some(n) => self.pools[n].low_byte(),
             None => self.total_bytes,
         }
     }
 
     /// The highest byte (exclusive) a down-growing band `i` must stay above.
+    #[inline]
     fn limit_below(&self, i: usize) -> u64 {
-        match self.chain_pos(i).checked_sub(1) {
-            Some(pos) => self.pools[self.chain[pos]].high_byte(),
+        match self.links[i].below {
+            Some(n) => self.pools[n].high_byte(),
             None => 0,
         }
     }
 
     /// The band that pool `i` grows towards.
+    #[inline]
     fn growth_neighbour(&self, i: usize) -> Option<usize> {
-        let pos = self.chain_pos(i);
         match self.pools[i].geo.direction {
-            Direction::Up => self.chain.get(pos + 1).copied(),
-            Direction::Down => pos.checked_sub(1).map(|q| self.chain[q]),
+            Direction::Up => self.links[i].above,
+            Direction::Down => self.links[i].below,
         }
     }
 
     /// Whether pool `i` may advance its watermark by `n` fresh pages (the frontier rule).
+    #[inline(always)]
     fn can_extend(&self, i: usize, n: i64) -> bool {
         let p = &self.pools[i];
         if n > p.index_room() {
@@ -230,20 +273,28 @@ impl Arena {
 
     // ----- allocation -------------------------------------------------------------------
 
+    #[inline]
     fn check_pool(&self, i: usize) -> Result<()> {
         self.try_pool(i).map(|_| ())
     }
 
+    #[inline]
     fn require_owner(&self, i: usize, op: &str) -> Result<()> {
         self.check_pool(i)?;
         if self.pools[i].owner.is_some() {
-            return Err(UkvError::Argument {
-                arg: "pool",
-                value: self.pools[i].name.clone(),
-                reason: format!("{op} needs a sub-pool that mints its own ids"),
-            });
+            return Err(self.not_owner(i, op));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_owner(&self, i: usize, op: &str) -> UkvError {
+        UkvError::Argument {
+            arg: "pool",
+            value: self.pools[i].name.clone(),
+            reason: format!("{op} needs a sub-pool that mints its own ids"),
+        }
     }
 
     /// Allocate `num_pages` whole pages on owner pool `i`. Returns false, with nothing
@@ -255,12 +306,38 @@ impl Arena {
     pub fn alloc(&mut self, i: usize, num_pages: usize) -> Result<bool> {
         self.require_owner(i, "alloc")?;
         self.plan.reset();
-        let ok = self.alloc_pages(i, num_pages);
-        if ok {
-            self.expand_tokens(i);
-        }
+        let ok = if num_pages == 1 {
+            self.alloc_one(i)
+        } else {
+            let ok = self.alloc_pages(i, num_pages);
+            if ok {
+                self.expand_tokens(i);
+            }
+            ok
+        };
         self.finish_plan();
         Ok(ok)
+    }
+
+    /// Hot path of [`Arena::alloc`] for one page (decode): `alloc_pages(i, 1)` and
+    /// `expand_tokens(i)` without the batch machinery.
+    fn alloc_one(&mut self, i: usize) -> bool {
+        if self.pools[i].free_ids.is_empty() || !self.make_room(i, 1) {
+            return false;
+        }
+        let pool = &mut self.pools[i];
+        let Some(v) = pool.free_ids.pop_front() else {
+            return false;
+        };
+        pool.bind_one(v, &mut self.plan.pools[i]);
+        self.plan.pages.push(v);
+        let ps = pool.geo.page_size as i64;
+        if ps == 1 {
+            self.plan.tokens.push(v);
+        } else {
+            self.plan.tokens.extend(v * ps..(v + 1) * ps);
+        }
+        true
     }
 
     /// Allocate `num_tokens` tokens (a multiple of the page size) on owner pool `i`.
@@ -315,38 +392,56 @@ impl Arena {
         if n > self.pools[i].free_ids.len() || !self.make_room(i, n as i64) {
             return false;
         }
-        let pool = &mut self.pools[i];
-        self.plan.pages.extend(pool.free_ids.drain(..n));
+        let (free_ids, pages) = (&mut self.pools[i].free_ids, &mut self.plan.pages);
+        if n <= SMALL_BATCH {
+            // `drain` costs more than the copy itself for a handful of ids.
+            pages.extend((0..n).filter_map(|_| free_ids.pop_front()));
+        } else {
+            // Copy the ids as (at most two) slices, then drop them from the front at once.
+            let (front, back) = free_ids.as_slices();
+            let k = n.min(front.len());
+            pages.extend_from_slice(&front[..k]);
+            pages.extend_from_slice(&back[..n - k]);
+            free_ids.drain(..n);
+        }
         self.bind_pages(i);
         true
     }
 
     /// Make sure `n` pages can be taken from pool `i`, flushing its neighbour urgently
     /// when that is enough and only then.
+    #[inline]
     fn make_room(&mut self, i: usize, n: i64) -> bool {
-        if n <= self.available_pages(i) {
-            return true;
-        }
+        self.fits_now(i, n) || self.make_room_by_flushing(i, n)
+    }
+
+    /// The slow half of [`Arena::make_room`]: an urgent flush of the neighbour, only when
+    /// that is enough.
+    #[inline(never)]
+    fn make_room_by_flushing(&mut self, i: usize, n: i64) -> bool {
         if n > self.schedulable_pages(i) {
             return false;
         }
         if let Some(nb) = self.growth_neighbour(i) {
             self.flush_one(nb, true);
         }
-        n <= self.available_pages(i)
+        self.fits_now(i, n)
+    }
+
+    /// `n <= available_pages(i)`, decided without a division (the alloc hot path): the
+    /// holes, then a fresh extension that the exact frontier check allows.
+    #[inline(always)]
+    fn fits_now(&self, i: usize, n: i64) -> bool {
+        let fresh = n - self.pools[i].holes.len() as i64;
+        fresh <= 0 || self.can_extend(i, fresh)
     }
 
     /// Bind `plan.pages` on pool `i`: holes first (FIFO), then a fresh ascending extension.
     fn bind_pages(&mut self, i: usize) {
         let n = self.plan.pages.len() as i64;
         let n_holes = (self.pools[i].holes.len() as i64).min(n);
-        let fresh = n - n_holes;
-        // `make_room` proved this; checking again keeps the frontier rule local to the take.
-        let extend_ok = self.can_extend(i, fresh);
-        debug_assert!(extend_ok, "frontier rule would break");
-        if !extend_ok {
-            return;
-        }
+        // `make_room` ran the exact frontier check on this very state just before.
+        debug_assert!(self.can_extend(i, n - n_holes), "frontier rule would break");
         let pool = &mut self.pools[i];
         let plan = &mut self.plan.pools[i];
         for &v in &self.plan.pages[..n_holes as usize] {
@@ -360,10 +455,17 @@ impl Arena {
         let ps = self.pools[i].geo.page_size as i64;
         let plan = &mut self.plan;
         if ps == 1 {
-            plan.tokens.extend_from_slice(&plan.pages);
+            if plan.pages.len() <= SMALL_BATCH {
+                // A `memcpy` call costs more than a few pushes.
+                plan.pages.iter().for_each(|&v| plan.tokens.push(v));
+            } else {
+                plan.tokens.extend_from_slice(&plan.pages);
+            }
         } else {
-            plan.tokens
-                .extend(plan.pages.iter().flat_map(|&v| (0..ps).map(move |o| v * ps + o)));
+            plan.tokens.reserve(plan.pages.len() * ps as usize);
+            for &v in &plan.pages {
+                plan.tokens.extend(v * ps..(v + 1) * ps);
+            }
         }
     }
 
@@ -371,10 +473,17 @@ impl Arena {
         &mut self.plan
     }
 
+    /// End of an operation: the plan's value columns were filled as rows were written;
+    /// debug builds check them against the tables.
+    #[inline]
     pub(crate) fn finish_plan(&mut self) {
-        for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
-            plan.finish(&pool.v2p, &pool.p2v);
-        }
+        debug_assert!(
+            self.pools
+                .iter()
+                .zip(&self.plan.pools)
+                .all(|(pool, plan)| plan.values_match(&pool.v2p, &pool.p2v)),
+            "plan values out of sync with the tables"
+        );
     }
 
     // ----- free -------------------------------------------------------------------------
@@ -389,21 +498,39 @@ impl Arena {
     /// Nothing changes on error.
     pub fn free(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
         self.check_pool(i)?;
+        if let [t] = *tokens {
+            if self.pools[i].group.is_none() {
+                return self.free_one(i, t);
+            }
+        }
         let mut pages = std::mem::take(&mut self.scratch);
         let checked = self.pools[i].pages_to_free(tokens, &mut pages);
+        if checked.is_err() {
+            // A rejected call keeps the previous plan: the caller may not have run it yet.
+            self.scratch = pages;
+            return checked;
+        }
         self.plan.reset();
-        if checked.is_ok() {
-            match self.pools[i].group.as_mut() {
-                Some(group) => {
-                    group.set.extend(pages.iter().copied());
-                    group.pages.extend_from_slice(&pages);
-                }
-                None => self.pools[i].release(&pages, &mut self.plan.pools[i]),
+        match self.pools[i].group.as_mut() {
+            Some(group) => {
+                group.set.extend(pages.iter().copied());
+                group.pages.extend_from_slice(&pages);
             }
+            None => self.pools[i].release(&pages, &mut self.plan.pools[i]),
         }
         self.scratch = pages;
         self.finish_plan();
-        checked
+        Ok(())
+    }
+
+    /// Hot path of [`Arena::free`]: one token, no free group open (a request's single page
+    /// at decode time). Same checks, state and plan as the general path.
+    fn free_one(&mut self, i: usize, t: i64) -> Result<()> {
+        let page = self.pools[i].live_page_of(t)?;
+        self.plan.reset();
+        self.pools[i].release_one(page, &mut self.plan.pools[i]);
+        self.finish_plan();
+        Ok(())
     }
 
     /// Start queueing frees on pool `i`; `free_group_end` releases them in one pass.
@@ -430,11 +557,14 @@ impl Arena {
     /// [`UkvError::Argument`] when no group is open.
     pub fn free_group_end(&mut self, i: usize) -> Result<()> {
         self.check_pool(i)?;
-        let group = self.pools[i].group.take().ok_or_else(|| UkvError::Argument {
-            arg: "free_group_end",
-            value: self.pools[i].name.clone(),
-            reason: "no free group is open on this sub-pool".into(),
-        })?;
+        let group = self.pools[i]
+            .group
+            .take()
+            .ok_or_else(|| UkvError::Argument {
+                arg: "free_group_end",
+                value: self.pools[i].name.clone(),
+                reason: "no free group is open on this sub-pool".into(),
+            })?;
         self.plan.reset();
         self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
         self.finish_plan();
@@ -555,7 +685,11 @@ fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
             return Err(config("name", format!("{:?}", p.name), "must not be empty"));
         }
         if pools[..i].iter().any(|q| q.name == p.name) {
-            return Err(config("name", format!("{:?}", p.name), "names must be unique"));
+            return Err(config(
+                "name",
+                format!("{:?}", p.name),
+                "names must be unique",
+            ));
         }
         if let Some(o) = p.id_owner {
             let owner_ok = o != i && o < pools.len() && pools[o].id_owner.is_none();

@@ -8,6 +8,9 @@
 
 use crate::error::{Result, UkvError};
 
+/// Most tokens one page may hold.
+const MAX_PAGE_SIZE: u64 = 1 << 16;
+
 /// Which end of the buffer a sub-pool grows from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
@@ -64,6 +67,15 @@ impl Geometry {
         if spec.page_size == 0 {
             return Err(config("page_size", 0, "must be positive"));
         }
+        // An allocation lists every token id of its pages: a huge page would need gigabytes
+        // of ids per page (the allocation then aborted the process).
+        if spec.page_size > MAX_PAGE_SIZE {
+            return Err(config(
+                "page_size",
+                spec.page_size,
+                &format!("at most {MAX_PAGE_SIZE} tokens per page"),
+            ));
+        }
         let page_bytes = spec
             .entry_bytes
             .checked_mul(spec.page_size)
@@ -82,7 +94,11 @@ impl Geometry {
                 ),
             });
         }
-        if num_pages > i64::MAX as u64 / 2 {
+        // Token ids (`page * page_size + offset`) must fit i64.
+        let slots_fit = num_pages
+            .checked_mul(spec.page_size)
+            .is_some_and(|slots| slots <= i64::MAX as u64 / 2);
+        if num_pages > i64::MAX as u64 / 2 || !slots_fit {
             return Err(config("total_bytes", total_bytes, "too many pages"));
         }
         Ok(Geometry {

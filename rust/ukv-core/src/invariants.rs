@@ -48,7 +48,11 @@ impl Arena {
             if p.span_pages() > 0 && p.low_byte() < self.reserved_floor() {
                 return Err(broken(
                     p.name(),
-                    format!("band starts at byte {} below the floor {}", p.low_byte(), self.reserved_floor()),
+                    format!(
+                        "band starts at byte {} below the floor {}",
+                        p.low_byte(),
+                        self.reserved_floor()
+                    ),
                 ));
             }
         }
@@ -120,7 +124,10 @@ fn check_inverse(p: &SubPool) -> Result<()> {
     if live != p.live_pages() {
         return Err(broken(
             p.name(),
-            format!("live count {} but {live} bound virtual pages", p.live_pages()),
+            format!(
+                "live count {} but {live} bound virtual pages",
+                p.live_pages()
+            ),
         ));
     }
     for ph in 1..p.geo.num_pages {
@@ -131,7 +138,10 @@ fn check_inverse(p: &SubPool) -> Result<()> {
         if !p.in_band(ph) || v < 1 || v >= p.geo.num_virtual_pages || v2p[v as usize] != ph {
             return Err(broken(
                 p.name(),
-                format!("p2v[{ph}] = {v} does not round-trip (watermark {})", p.watermark()),
+                format!(
+                    "p2v[{ph}] = {v} does not round-trip (watermark {})",
+                    p.watermark()
+                ),
             ));
         }
     }
@@ -153,7 +163,10 @@ fn check_span(p: &SubPool) -> Result<()> {
         ));
     }
     if !p.is_lazy() && holes + pending > 0 {
-        return Err(broken(p.name(), format!("eager pool has {holes} holes, {pending} pending")));
+        return Err(broken(
+            p.name(),
+            format!("eager pool has {holes} holes, {pending} pending"),
+        ));
     }
     let free_pages = p
         .holes
@@ -170,14 +183,22 @@ fn check_span(p: &SubPool) -> Result<()> {
     }
     let counted: usize = p.pending.iter().map(|b| b.pages.len()).sum();
     if counted != pending {
-        return Err(broken(p.name(), format!("pending count {pending} but {counted} listed")));
+        return Err(broken(
+            p.name(),
+            format!("pending count {pending} but {counted} listed"),
+        ));
     }
     let band_ok = match p.geo.direction {
         Direction::Up => p.watermark() >= p.geo.min_page_index && p.watermark() <= p.geo.num_pages,
-        Direction::Down => p.watermark() >= p.geo.min_page_index - 1 && p.watermark() < p.geo.num_pages,
+        Direction::Down => {
+            p.watermark() >= p.geo.min_page_index - 1 && p.watermark() < p.geo.num_pages
+        }
     };
     if !band_ok {
-        return Err(broken(p.name(), format!("watermark {} outside the index space", p.watermark())));
+        return Err(broken(
+            p.name(),
+            format!("watermark {} outside the index space", p.watermark()),
+        ));
     }
     Ok(())
 }
@@ -204,7 +225,10 @@ fn check_ids(p: &SubPool) -> Result<()> {
             || p.v2p()[v as usize] != TOMBSTONE
             || std::mem::replace(&mut seen[v as usize], true);
         if bad {
-            return Err(broken(p.name(), format!("free id {v} is out of range, bound, or listed twice")));
+            return Err(broken(
+                p.name(),
+                format!("free id {v} is out of range, bound, or listed twice"),
+            ));
         }
     }
     Ok(())

@@ -50,13 +50,16 @@ impl SubPool {
         if mode.urgent {
             // Settle both hazards at once: after this wait nothing in flight touches the band.
             if let Some(t) = latest.take() {
-                waits.push(t);
+                if !waits.contains(&t) {
+                    waits.push(t);
+                }
             }
             self.write_set.clear();
             self.write_token = None;
         }
-        let moves = self.walk_survivors(mode);
-        let released = self.commit_moves(moves, plan, *latest);
+        let base = plan.src.len();
+        let moves = self.walk_survivors(mode, plan);
+        self.apply_moves(base, plan);
         if mode.urgent {
             // Every interior hole and vacated source now lies beyond the frontier.
             self.holes.clear();
@@ -65,7 +68,7 @@ impl SubPool {
                 Direction::Up => self.geo.min_page_index + packed,
                 Direction::Down => self.geo.num_pages - 1 - packed,
             };
-        } else if released {
+        } else if self.dispose_vacated(&plan.src[base..], *latest) {
             self.sort_holes();
             self.absorb_boundary_holes();
         }
@@ -73,7 +76,10 @@ impl SubPool {
     }
 
     fn sort_holes(&mut self) {
-        self.holes.make_contiguous().sort_unstable();
+        let holes = self.holes.make_contiguous();
+        if !crate::subpool::is_ascending(holes) {
+            holes.sort_unstable();
+        }
     }
 
     /// Move the watermark inwards over holes that touch it.
@@ -96,45 +102,64 @@ impl SubPool {
 
     /// Pair the topmost survivors with the deepest holes (holes are sorted ascending)
     /// until the cursors cross, the move cap is reached, or (non-urgent) the next survivor
-    /// is about to be written by the in-flight forward. The pairs go to `self.scratch` as
-    /// `[src0, dst0, src1, dst1, ...]`; returns how many.
-    fn walk_survivors(&mut self, mode: FlushMode) -> usize {
+    /// is about to be written by the in-flight forward. The pairs are appended to the
+    /// plan's move lists; returns how many. A documented hot path: one loop per direction,
+    /// over the contiguous hole list.
+    fn walk_survivors(&mut self, mode: FlushMode, plan: &mut PoolPlan) -> usize {
         let blockers = if mode.urgent {
             Vec::new()
         } else {
             self.physical_write_set()
         };
-        let cap = if mode.urgent { usize::MAX } else { mode.max_moves };
-        let mut pairs = std::mem::take(&mut self.scratch);
-        pairs.clear();
-        let n_holes = self.holes.len();
-        let (mut src, step): (i64, i64) = match self.geo.direction {
-            Direction::Up => (self.wm - 1, -1),
-            Direction::Down => (self.wm + 1, 1),
+        let blocked = |p: i64| !blockers.is_empty() && blockers.binary_search(&p).is_ok();
+        let cap = if mode.urgent {
+            usize::MAX
+        } else {
+            mode.max_moves
         };
-        let mut count = 0;
-        while count < n_holes && count < cap {
-            let dst = match self.geo.direction {
-                Direction::Up => self.holes[count],
-                Direction::Down => self.holes[n_holes - 1 - count],
-            };
-            while self.in_band(src) && self.p2v[src as usize] == TOMBSTONE {
-                src += step;
+        let base = plan.src.len();
+        let holes = self.holes.make_contiguous();
+        let n = holes.len().min(cap);
+        let p2v = &self.p2v;
+        match self.geo.direction {
+            Direction::Up => {
+                // Survivors from the top of the band down; holes from the lowest up.
+                let floor = self.geo.min_page_index;
+                let mut src = self.wm - 1;
+                for &dst in &holes[..n] {
+                    while src >= floor && p2v[src as usize] == TOMBSTONE {
+                        src -= 1;
+                    }
+                    if src < dst || blocked(src) {
+                        break; // crossed (or ran out of band), or about to be written
+                    }
+                    plan.push_move(src, dst);
+                    src -= 1;
+                }
             }
-            let crossed = match self.geo.direction {
-                Direction::Up => src < dst,
-                Direction::Down => src > dst,
-            };
-            if crossed || !self.in_band(src) || blockers.binary_search(&src).is_ok() {
-                break;
+            Direction::Down => {
+                // Survivors from the bottom of the band up; holes from the highest down.
+                let top = self.geo.num_pages;
+                let mut src = self.wm + 1;
+                for &dst in holes[holes.len() - n..].iter().rev() {
+                    while src < top && p2v[src as usize] == TOMBSTONE {
+                        src += 1;
+                    }
+                    if src > dst || src >= top || blocked(src) {
+                        break;
+                    }
+                    plan.push_move(src, dst);
+                    src += 1;
+                }
             }
-            pairs.push(src);
-            pairs.push(dst);
-            src += step;
-            count += 1;
         }
-        self.scratch = pairs;
-        count
+        let moves = plan.src.len() - base;
+        // The consumed destinations are the first `moves` holes (up) or the last (down).
+        match self.geo.direction {
+            Direction::Up => drop(self.holes.drain(..moves)),
+            Direction::Down => self.holes.truncate(self.holes.len() - moves),
+        }
+        moves
     }
 
     /// Physical pages the in-flight forward writes, sorted.
@@ -149,43 +174,46 @@ impl SubPool {
         out
     }
 
-    /// Apply the walked pairs to the tables and the plan; dispose of the vacated sources.
-    /// Returns true when the sources became holes at once.
-    fn commit_moves(&mut self, moves: usize, plan: &mut PoolPlan, latest: Option<u64>) -> bool {
-        if moves == 0 {
-            return false;
+    /// Apply the moves recorded in the plan from index `base` on to the tables, and record
+    /// the changed rows: v2p of each moved id, p2v of each destination and source.
+    fn apply_moves(&mut self, base: usize, plan: &mut PoolPlan) {
+        let n = plan.src.len() - base;
+        if n == 0 {
+            return;
         }
-        let pairs = std::mem::take(&mut self.scratch);
-        let mut vacated = Vec::with_capacity(moves);
-        for pair in pairs.chunks_exact(2) {
-            let (src, dst) = (pair[0], pair[1]);
+        let first = plan.v2p_rows.len();
+        plan.v2p_rows.reserve(n);
+        for (&src, &dst) in plan.src[base..].iter().zip(&plan.dst[base..]) {
             let v = self.p2v[src as usize];
             self.v2p[v as usize] = dst;
             self.p2v[dst as usize] = v;
             self.p2v[src as usize] = TOMBSTONE;
             plan.v2p_rows.push(v);
-            plan.p2v_rows.push(dst);
-            plan.p2v_rows.push(src);
-            plan.push_move(src, dst);
-            vacated.push(src);
         }
-        self.scratch = pairs;
-        self.record_moves(moves as u64);
-        // The consumed destinations are the first `moves` holes (up) or the last (down).
-        match self.geo.direction {
-            Direction::Up => drop(self.holes.drain(..moves)),
-            Direction::Down => self.holes.truncate(self.holes.len() - moves),
+        plan.v2p_vals.extend_from_slice(&plan.dst[base..]);
+        plan.p2v_rows.extend_from_slice(&plan.dst[base..]);
+        plan.p2v_vals.extend_from_slice(&plan.v2p_rows[first..]);
+        plan.p2v_rows.extend_from_slice(&plan.src[base..]);
+        plan.p2v_vals.resize(plan.p2v_vals.len() + n, TOMBSTONE);
+        self.record_moves(n as u64);
+    }
+
+    /// The sources a non-urgent pass vacated become holes at once when nothing is in
+    /// flight (returns true), or a pending batch under the in-flight token.
+    fn dispose_vacated(&mut self, vacated: &[i64], latest: Option<u64>) -> bool {
+        if vacated.is_empty() {
+            return false;
         }
         match latest {
             None => {
-                self.holes.extend(vacated);
+                self.holes.extend(vacated.iter().copied());
                 true
             }
             Some(token) => {
                 self.pending_pages += vacated.len();
                 self.pending.push(PendingBatch {
                     token,
-                    pages: vacated,
+                    pages: vacated.to_vec(),
                 });
                 false
             }

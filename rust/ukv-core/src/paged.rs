@@ -43,7 +43,8 @@ impl Arena {
                     reason: "need 0 <= prefix_len <= seq_len".into(),
                 });
             }
-            new_pages += (ceil_div(seq, ps) - ceil_div(pre, ps)) as usize;
+            // Saturates on absurd lengths: the sum then cannot fit and the call returns false.
+            new_pages = new_pages.saturating_add((ceil_div(seq, ps) - ceil_div(pre, ps)) as usize);
             if pre % ps != 0 && pre < seq {
                 self.check_last_loc(i, last_loc, r, pre - 1)?;
             }
@@ -54,23 +55,30 @@ impl Arena {
             return Ok(false);
         }
         let plan = self.plan_mut();
-        let mut base = 0usize;
+        let mut pages = plan.pages.iter();
         for (r, (&pre, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
-            // Part 1: the free tail of the prefix's last page continues after last_loc.
-            let tail_end = (ceil_div(pre, ps) * ps).min(seq);
-            for pos in pre..tail_end {
-                plan.tokens.push(pos - pre + 1);
-                plan.token_req.push(r as i64);
+            // Part 1: the free tail of the prefix's last page continues after last_loc
+            // (final ids with a host last_loc, else offsets tagged with the request).
+            let tail_end = pre.saturating_add((ps - pre % ps) % ps).min(seq);
+            let offset = last_loc.map_or(0, |l| l[r]);
+            plan.tokens.extend((1..=tail_end - pre).map(|k| offset + k));
+            if last_loc.is_none() {
+                let len = plan.token_req.len() + (tail_end - pre) as usize;
+                plan.token_req.resize(len, r as i64);
             }
-            // Part 2: whole and partial new pages, in order.
-            for pos in tail_end..seq {
-                let page = plan.pages[base + ((pos - tail_end) / ps) as usize];
-                plan.tokens.push(page * ps + pos % ps);
-                plan.token_req.push(-1);
+            // Part 2: whole and partial new pages, in order; `tail_end` is page-aligned.
+            let mut pos = tail_end;
+            while pos < seq {
+                let Some(&page) = pages.next() else { break };
+                let n = (seq - pos).min(ps);
+                plan.tokens.extend(page * ps..page * ps + n);
+                pos += n;
             }
-            base += ceil_div(seq - tail_end, ps) as usize;
+            if last_loc.is_none() {
+                let len = plan.token_req.len() + (seq - tail_end) as usize;
+                plan.token_req.resize(len, -1);
+            }
         }
-        self.resolve_last_loc(last_loc);
         self.finish_plan();
         Ok(true)
     }
@@ -113,41 +121,41 @@ impl Arena {
             return Ok(false);
         }
         let plan = self.plan_mut();
-        let mut next_page = 0usize;
+        let mut pages = plan.pages.iter();
         for (r, &seq) in seq_lens.iter().enumerate() {
-            if (seq - 1) % ps == 0 {
-                plan.tokens.push(plan.pages[next_page] * ps);
-                plan.token_req.push(-1);
-                next_page += 1;
-            } else {
-                plan.tokens.push(1);
-                plan.token_req.push(r as i64);
+            // A new page's first token, or the token after last_loc (an offset tagged with
+            // the request when last_loc is not on the host).
+            let (token, req) = match ((seq - 1) % ps == 0, last_loc) {
+                (true, _) => (pages.next().map_or(0, |&p| p * ps), -1),
+                (false, Some(l)) => (l[r] + 1, -1),
+                (false, None) => (1, r as i64),
+            };
+            plan.tokens.push(token);
+            if last_loc.is_none() {
+                plan.token_req.push(req);
             }
         }
-        self.resolve_last_loc(last_loc);
         self.finish_plan();
         Ok(true)
     }
 
-    /// With host `last_loc`, finish every token id and drop the `token_req` column.
-    fn resolve_last_loc(&mut self, last_loc: Option<&[i64]>) {
-        let Some(last) = last_loc else { return };
-        let plan = self.plan_mut();
-        for (t, &r) in plan.tokens.iter_mut().zip(&plan.token_req) {
-            if r >= 0 {
-                *t += last[r as usize];
-            }
-        }
-        plan.token_req.clear();
-    }
-
     /// With host `last_loc`, request `r`'s last token must be live and sit at the page
     /// offset of position `last_pos`, or its continuation would land in a foreign page.
-    fn check_last_loc(&self, i: usize, last_loc: Option<&[i64]>, r: usize, last_pos: i64) -> Result<()> {
+    fn check_last_loc(
+        &self,
+        i: usize,
+        last_loc: Option<&[i64]>,
+        r: usize,
+        last_pos: i64,
+    ) -> Result<()> {
         let Some(last) = last_loc else { return Ok(()) };
-        let ps = self.pool(i).geometry().page_size as i64;
+        let geo = self.pool(i).geometry();
+        let ps = geo.page_size as i64;
         let t = last[r];
-        if !self.is_token_allocated(i, t) || t % ps != last_pos % ps {
+        // Page 0 counts as allocated (the padding anchor) but is the sink, never a
+        // request's page: continuing it would hand out sink tokens.
+        let in_sink = t / ps < geo.min_virtual_page;
+        if !self.is_token_allocated(i, t) || in_sink || t % ps != last_pos % ps {
             return Err(UkvError::Argument {
                 arg: "last_loc",
                 value: format!("{t} (request {r})"),
@@ -173,8 +181,9 @@ impl Arena {
     }
 }
 
+/// `ceil(a / b)` for `a >= 0`, `b > 0`, without overflowing near `i64::MAX`.
 fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
+    a / b + i64::from(a % b != 0)
 }
 
 fn check_same_len(arg: &'static str, got: usize, want: usize) -> Result<()> {

@@ -15,7 +15,7 @@ pub struct PoolPlan {
     pub dst: Vec<i64>,
     /// Rows of v2p that changed (may repeat; every copy then carries the same value).
     pub v2p_rows: Vec<i64>,
-    /// Their values after the operation, filled when the operation ends.
+    /// Their values after the operation.
     pub v2p_vals: Vec<i64>,
     /// Rows of p2v that changed (may repeat).
     pub p2v_rows: Vec<i64>,
@@ -44,14 +44,43 @@ impl PoolPlan {
         self.dst.push(dst);
     }
 
-    /// Fill the value columns from the final tables.
-    pub(crate) fn finish(&mut self, v2p: &[i64], p2v: &[i64]) {
-        self.v2p_vals.clear();
-        self.v2p_vals
-            .extend(self.v2p_rows.iter().map(|&r| v2p[r as usize]));
-        self.p2v_vals.clear();
-        self.p2v_vals
-            .extend(self.p2v_rows.iter().map(|&r| p2v[r as usize]));
+    /// Record that v2p row `row` now holds `val`. Every operation writes a row's final value
+    /// (no row is written twice with different values within one operation), so the value
+    /// columns are complete as soon as the operation ends.
+    #[inline]
+    pub(crate) fn set_v2p(&mut self, row: i64, val: i64) {
+        self.v2p_rows.push(row);
+        self.v2p_vals.push(val);
+    }
+
+    /// Record that p2v row `row` now holds `val` (see [`PoolPlan::set_v2p`]).
+    #[inline]
+    pub(crate) fn set_p2v(&mut self, row: i64, val: i64) {
+        self.p2v_rows.push(row);
+        self.p2v_vals.push(val);
+    }
+
+    /// Record that the v2p rows `rows` all now hold `val`.
+    #[inline]
+    pub(crate) fn set_v2p_all(&mut self, rows: &[i64], val: i64) {
+        self.v2p_rows.extend_from_slice(rows);
+        self.v2p_vals.resize(self.v2p_vals.len() + rows.len(), val);
+    }
+
+    /// Record that the p2v rows `rows` all now hold `val`.
+    #[inline]
+    pub(crate) fn set_p2v_all(&mut self, rows: &[i64], val: i64) {
+        self.p2v_rows.extend_from_slice(rows);
+        self.p2v_vals.resize(self.p2v_vals.len() + rows.len(), val);
+    }
+
+    /// Whether every recorded value equals the final table value (checked in debug builds
+    /// after every operation).
+    pub(crate) fn values_match(&self, v2p: &[i64], p2v: &[i64]) -> bool {
+        let ok = |rows: &[i64], vals: &[i64], table: &[i64]| {
+            rows.len() == vals.len() && rows.iter().zip(vals).all(|(&r, &v)| table[r as usize] == v)
+        };
+        ok(&self.v2p_rows, &self.v2p_vals, v2p) && ok(&self.p2v_rows, &self.p2v_vals, p2v)
     }
 
     /// True when there is nothing to do for this sub-pool.

@@ -4,6 +4,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use crate::arena::SMALL_BATCH;
 use crate::error::{Result, UkvError};
 use crate::geometry::{Direction, Geometry, PoolSpec};
 use crate::plan::PoolPlan;
@@ -74,30 +75,40 @@ pub struct SubPool {
 }
 
 impl SubPool {
-    pub(crate) fn new(spec: &PoolSpec, geo: Geometry, lazy: bool) -> Self {
+    /// # Errors
+    /// [`UkvError::Config`] when the tables cannot be allocated (a caller-given size too
+    /// large for this machine): an error, never an abort or a capacity-overflow panic.
+    pub(crate) fn new(spec: &PoolSpec, geo: Geometry, lazy: bool) -> Result<Self> {
+        let virt = geo.num_virtual_pages as usize;
+        let mut free_ids = VecDeque::new();
+        if spec.id_owner.is_none() {
+            free_ids
+                .try_reserve_exact(virt)
+                .map_err(|_| table_error(spec, virt))?;
+        }
         let mut pool = SubPool {
             name: spec.name.clone(),
             owner: spec.id_owner,
             lazy,
-            v2p: vec![TOMBSTONE; geo.num_virtual_pages as usize + 1],
-            p2v: vec![TOMBSTONE; geo.num_pages as usize + 1],
+            v2p: table(spec, virt + 1, TOMBSTONE)?,
+            p2v: table(spec, geo.num_pages as usize + 1, TOMBSTONE)?,
             wm: 0,
             live: 0,
-            free_ids: VecDeque::new(),
+            free_ids,
             holes: VecDeque::new(),
             pending: Vec::new(),
             pending_pages: 0,
             write_set: Vec::new(),
             write_token: None,
             group: None,
-            marks: vec![0; geo.num_virtual_pages as usize + 1],
+            marks: table(spec, virt + 1, 0)?,
             mark_gen: 0,
             stats: PoolStats::default(),
             scratch: Vec::new(),
             geo,
         };
         pool.clear();
-        pool
+        Ok(pool)
     }
 
     /// Forget every allocation: all ids free, tables reset, watermark at the start.
@@ -225,12 +236,23 @@ impl SubPool {
         }
     }
 
+    /// The page of a non-negative token id (a shift for power-of-two page sizes).
+    #[inline]
+    pub(crate) fn page_of(&self, token: i64) -> i64 {
+        let ps = self.geo.page_size;
+        if ps.is_power_of_two() {
+            token >> ps.trailing_zeros()
+        } else {
+            token / ps as i64
+        }
+    }
+
     /// Whether virtual token `token` is live (its page is bound). Out-of-range ids are not.
     pub fn is_token_allocated(&self, token: i64) -> bool {
         if token < 0 {
             return false;
         }
-        let page = token / self.geo.page_size as i64;
+        let page = self.page_of(token);
         page < self.geo.num_virtual_pages && self.v2p[page as usize] != TOMBSTONE
     }
 
@@ -244,31 +266,39 @@ impl SubPool {
     }
 
     /// Check that a virtual page id is a real one, naming `id` (in `unit`s) on failure.
+    #[inline]
     fn check_virtual_page(&self, page: i64, id: i64, unit: &'static str) -> Result<()> {
+        if id >= 0 && page >= self.geo.min_virtual_page && page < self.geo.num_virtual_pages {
+            return Ok(());
+        }
+        Err(self.bad_virtual_page(page, id, unit))
+    }
+
+    /// The error for a page that [`SubPool::check_virtual_page`] rejects (kept off the hot path).
+    #[cold]
+    #[inline(never)]
+    fn bad_virtual_page(&self, page: i64, id: i64, unit: &'static str) -> UkvError {
         if id < 0 {
-            return Err(self.invalid(id, unit, "negative".into()));
+            return self.invalid(id, unit, "negative".into());
         }
         if page >= self.geo.num_virtual_pages {
-            return Err(self.invalid(
+            return self.invalid(
                 id,
                 unit,
                 format!(
                     "beyond the id space ({} {unit}s)",
                     self.geo.num_virtual_pages * self.unit_scale(unit)
                 ),
-            ));
+            );
         }
-        if page < self.geo.min_virtual_page {
-            return Err(self.invalid(
-                id,
-                unit,
-                format!(
-                    "reserved (ids below {} are the padding sink)",
-                    self.geo.min_virtual_page * self.unit_scale(unit)
-                ),
-            ));
-        }
-        Ok(())
+        self.invalid(
+            id,
+            unit,
+            format!(
+                "reserved (ids below {} are the padding sink)",
+                self.geo.min_virtual_page * self.unit_scale(unit)
+            ),
+        )
     }
 
     fn unit_scale(&self, unit: &str) -> i64 {
@@ -279,6 +309,7 @@ impl SubPool {
         }
     }
 
+    #[cold]
     pub(crate) fn invalid(&self, id: i64, unit: &'static str, reason: String) -> UkvError {
         UkvError::InvalidId {
             pool: self.name.clone(),
@@ -288,6 +319,8 @@ impl SubPool {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn not_live(&self, id: i64, unit: &'static str, reason: &str) -> UkvError {
         UkvError::DoubleFree {
             pool: self.name.clone(),
@@ -302,17 +335,22 @@ impl SubPool {
     /// double free. Nothing is mutated except the duplicate marks.
     pub(crate) fn pages_to_free(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> Result<()> {
         out.clear();
+        if let [t] = *tokens {
+            // One token cannot repeat: no duplicate marks needed.
+            let page = self.live_page_of(t)?;
+            out.push(page);
+            return Ok(());
+        }
+        if self.group.is_none() && self.collect_live_pages(tokens, out) {
+            return Ok(());
+        }
+        // The exact path: names the first offending token (or queues inside a free group).
+        out.clear();
         let ps = self.geo.page_size as i64;
         let gen = self.next_mark_gen();
+        out.reserve(tokens.len());
         for &t in tokens {
-            let page = if t >= 0 { t / ps } else { -1 };
-            self.check_virtual_page(page, t, "token")?;
-            if self.v2p[page as usize] == TOMBSTONE {
-                return Err(self.not_live(t, "token", "already freed or never allocated"));
-            }
-            if self.group_contains(page) {
-                return Err(self.not_live(t, "token", "already queued in the open free group"));
-            }
+            let page = self.live_page_of(t)?;
             let mark = &mut self.marks[page as usize];
             if *mark == gen {
                 if ps == 1 {
@@ -326,6 +364,95 @@ impl SubPool {
         Ok(())
     }
 
+    /// The fast half of [`SubPool::pages_to_free`] (no free group open): one pass with the
+    /// page shift hoisted and one unsigned range compare per token. Returns false as soon
+    /// as anything is off, leaving the exact error to the slow path.
+    fn collect_live_pages(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> bool {
+        let ps = self.geo.page_size as i64;
+        let shift = self
+            .geo
+            .page_size
+            .is_power_of_two()
+            .then(|| self.geo.page_size.trailing_zeros());
+        let first = self.geo.min_virtual_page;
+        // Negative tokens give negative pages, which wrap far beyond `span`.
+        let span = (self.geo.num_virtual_pages - first) as u64;
+        let gen = self.next_mark_gen();
+        if ps > 1 && tokens.len() % ps as usize == 0 && self.collect_whole_pages(tokens, gen, out) {
+            return true;
+        }
+        out.clear();
+        let gen = self.next_mark_gen();
+        out.reserve(tokens.len());
+        for &t in tokens {
+            let page = match shift {
+                Some(s) => t >> s,
+                None => t / ps,
+            };
+            if page.wrapping_sub(first) as u64 >= span || self.v2p[page as usize] == TOMBSTONE {
+                return false;
+            }
+            let mark = &mut self.marks[page as usize];
+            if *mark == gen {
+                if ps == 1 {
+                    return false;
+                }
+                continue;
+            }
+            *mark = gen;
+            out.push(page);
+        }
+        true
+    }
+
+    /// [`SubPool::collect_live_pages`] for tokens that come as whole pages, each page's
+    /// tokens ascending from its first (how a request hands its tokens back): one check per
+    /// page plus one compare per token. False when the tokens are not laid out that way or
+    /// anything is off.
+    fn collect_whole_pages(&mut self, tokens: &[i64], gen: u32, out: &mut Vec<i64>) -> bool {
+        let ps = self.geo.page_size as i64;
+        let first = self.geo.min_virtual_page;
+        let span = (self.geo.num_virtual_pages - first) as u64;
+        out.reserve(tokens.len() / ps as usize);
+        for chunk in tokens.chunks_exact(ps as usize) {
+            let base = chunk[0];
+            // Offsets by wrapping difference: `base + k` may not exist near i64::MAX.
+            let whole = base.rem_euclid(ps) == 0
+                && chunk
+                    .iter()
+                    .zip(0..ps)
+                    .all(|(&t, k)| t.wrapping_sub(base) == k);
+            let page = base.div_euclid(ps);
+            if !whole
+                || page.wrapping_sub(first) as u64 >= span
+                || self.v2p[page as usize] == TOMBSTONE
+            {
+                return false;
+            }
+            let mark = &mut self.marks[page as usize];
+            if *mark != gen {
+                *mark = gen;
+                out.push(page);
+            }
+        }
+        true
+    }
+
+    /// The page of token `t`, checked to be a real, live page not queued in a free group.
+    #[inline(always)]
+    pub(crate) fn live_page_of(&self, t: i64) -> Result<i64> {
+        let page = if t >= 0 { self.page_of(t) } else { -1 };
+        self.check_virtual_page(page, t, "token")?;
+        if self.v2p[page as usize] == TOMBSTONE {
+            return Err(self.not_live(t, "token", "already freed or never allocated"));
+        }
+        if self.group_contains(page) {
+            return Err(self.not_live(t, "token", "already queued in the open free group"));
+        }
+        Ok(page)
+    }
+
+    #[inline(always)]
     fn group_contains(&self, page: i64) -> bool {
         self.group.as_ref().is_some_and(|g| g.set.contains(&page))
     }
@@ -370,9 +497,44 @@ impl SubPool {
                 self.wm + 1
             }
         };
-        for (i, &v) in vpages.iter().enumerate() {
-            self.bind(v, start + i as i64, plan);
+        if vpages.len() <= SMALL_BATCH {
+            // A few pages: element-wise beats four `memcpy` calls.
+            for (p, &v) in (start..start + n).zip(vpages) {
+                self.bind(v, p, plan);
+            }
+            return;
         }
+        // The fresh pages are one ascending run: write p2v and the plan rows as slices.
+        let run = start..start + n;
+        for (p, &v) in run.clone().zip(vpages) {
+            self.v2p[v as usize] = p;
+        }
+        self.p2v[start as usize..(start + n) as usize].copy_from_slice(vpages);
+        plan.v2p_rows.extend_from_slice(vpages);
+        plan.v2p_vals.extend(run.clone());
+        plan.p2v_rows.extend(run);
+        plan.p2v_vals.extend_from_slice(vpages);
+        self.live += vpages.len();
+    }
+
+    /// Bind `v` to the front hole, or else to the next fresh page (the arena has checked
+    /// the frontier): the one-page case of the hole-then-extension rule.
+    #[inline]
+    pub(crate) fn bind_one(&mut self, v: i64, plan: &mut PoolPlan) {
+        let p = match self.holes.pop_front() {
+            Some(h) => h,
+            None => match self.geo.direction {
+                Direction::Up => {
+                    self.wm += 1;
+                    self.wm - 1
+                }
+                Direction::Down => {
+                    self.wm -= 1;
+                    self.wm + 1
+                }
+            },
+        };
+        self.bind(v, p, plan);
     }
 
     /// Bind `v` to the front hole.
@@ -383,12 +545,12 @@ impl SubPool {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn bind(&mut self, v: i64, p: i64, plan: &mut PoolPlan) {
         self.v2p[v as usize] = p;
         self.p2v[p as usize] = v;
-        plan.v2p_rows.push(v);
-        plan.p2v_rows.push(p);
+        plan.set_v2p(v, p);
+        plan.set_p2v(p, v);
         self.live += 1;
     }
 
@@ -397,26 +559,72 @@ impl SubPool {
     pub(crate) fn release(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let mut freed = std::mem::take(&mut self.scratch);
         freed.clear();
-        for &v in vpages {
-            let p = self.v2p[v as usize];
-            self.v2p[v as usize] = TOMBSTONE;
-            plan.v2p_rows.push(v);
-            freed.push(p);
-        }
+        freed.extend(
+            vpages
+                .iter()
+                .map(|&v| std::mem::replace(&mut self.v2p[v as usize], TOMBSTONE)),
+        );
+        plan.set_v2p_all(vpages, TOMBSTONE);
         if self.owner.is_none() {
-            self.free_ids.extend(vpages.iter().copied());
+            if vpages.len() <= SMALL_BATCH {
+                vpages.iter().for_each(|&v| self.free_ids.push_back(v));
+            } else {
+                self.free_ids.extend(vpages.iter().copied());
+            }
         }
         self.live -= vpages.len();
         for &p in &freed {
             self.p2v[p as usize] = TOMBSTONE;
-            plan.p2v_rows.push(p);
         }
         if self.lazy {
+            plan.set_p2v_all(&freed, TOMBSTONE);
             self.holes.extend(freed.iter().copied());
         } else {
+            // The p2v rows of the freed pages are recorded by the compaction, which knows
+            // which of them stay tombstones and which receive a survivor.
             self.compact_eager(&mut freed, plan);
         }
         self.scratch = freed;
+    }
+
+    /// [`SubPool::release`] of one validated live page, without the batch machinery. Eager:
+    /// the band's outermost page (the whole vacated stretch when K = 1) moves into the
+    /// freed page unless it is that page; the rows come out as in `compact_eager`.
+    pub(crate) fn release_one(&mut self, v: i64, plan: &mut PoolPlan) {
+        let p = self.v2p[v as usize];
+        self.v2p[v as usize] = TOMBSTONE;
+        plan.set_v2p(v, TOMBSTONE);
+        if self.owner.is_none() {
+            self.free_ids.push_back(v);
+        }
+        self.live -= 1;
+        self.p2v[p as usize] = TOMBSTONE;
+        if self.lazy {
+            plan.set_p2v(p, TOMBSTONE);
+            self.holes.push_back(p);
+            return;
+        }
+        let last = match self.geo.direction {
+            Direction::Up => {
+                self.wm -= 1;
+                self.wm
+            }
+            Direction::Down => {
+                self.wm += 1;
+                self.wm
+            }
+        };
+        plan.set_p2v(last, TOMBSTONE);
+        if last != p {
+            let u = self.p2v[last as usize];
+            self.p2v[last as usize] = TOMBSTONE;
+            self.v2p[u as usize] = p;
+            self.p2v[p as usize] = u;
+            plan.set_v2p(u, p);
+            plan.set_p2v(p, u);
+            plan.push_move(last, p);
+            self.record_moves(1);
+        }
     }
 
     /// Eager compaction after freeing the physical pages in `freed`: the band shrinks by
@@ -427,7 +635,9 @@ impl SubPool {
         if k == 0 {
             return;
         }
-        freed.sort_unstable();
+        if !is_ascending(freed) {
+            freed.sort_unstable();
+        }
         // The vacated stretch `[lo, hi)` and the freed pages that stay inside the new band.
         let (lo, hi, dst): (i64, i64, &[i64]) = match self.geo.direction {
             Direction::Up => {
@@ -447,19 +657,25 @@ impl SubPool {
         };
         let mut next_dst = dst.iter();
         let mut moved = 0u64;
+        // Every page of the stretch ends up beyond the band: a tombstone.
+        plan.p2v_rows.extend(lo..hi);
+        plan.p2v_vals
+            .resize(plan.p2v_vals.len() + (hi - lo) as usize, TOMBSTONE);
+        if dst.is_empty() {
+            return; // every page of the stretch was freed (e.g. the top of the band): no survivor
+        }
         for src in lo..hi {
             let v = self.p2v[src as usize];
             if v == TOMBSTONE {
-                continue; // a freed page of the stretch (its row is already a tombstone)
+                continue; // a freed page of the stretch
             }
             self.p2v[src as usize] = TOMBSTONE;
-            plan.p2v_rows.push(src);
             // Survivors and destinations are equally many; both walk ascending.
             if let Some(&d) = next_dst.next() {
                 self.v2p[v as usize] = d;
                 self.p2v[d as usize] = v;
-                plan.v2p_rows.push(v);
-                plan.p2v_rows.push(d);
+                plan.set_v2p(v, d);
+                plan.set_p2v(d, v);
                 plan.push_move(src, d);
                 moved += 1;
             }
@@ -469,9 +685,35 @@ impl SubPool {
 
     pub(crate) fn record_moves(&mut self, moved: u64) {
         if moved > 0 {
-            self.stats.pages_moved += moved;
-            self.stats.bytes_moved += moved * self.geo.page_bytes;
+            // Saturating: a caller-given page size can make the byte count exceed u64.
+            self.stats.pages_moved = self.stats.pages_moved.saturating_add(moved);
+            let bytes = moved.saturating_mul(self.geo.page_bytes);
+            self.stats.bytes_moved = self.stats.bytes_moved.saturating_add(bytes);
             self.stats.compactions += 1;
         }
+    }
+}
+
+/// Whether `v` is sorted ascending (`slice::is_sorted` is newer than the MSRV).
+pub(crate) fn is_ascending(v: &[i64]) -> bool {
+    v.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// A table of `len` copies of `fill`, or a config error when it cannot be allocated.
+fn table<T: Copy>(spec: &PoolSpec, len: usize, fill: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| table_error(spec, len))?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+fn table_error(spec: &PoolSpec, rows: usize) -> UkvError {
+    UkvError::Config {
+        field: "total_bytes",
+        value: format!("{rows} table rows for sub-pool {:?}", spec.name),
+        reason: "the page tables cannot be allocated on this host; use a smaller buffer or \
+                 larger entries"
+            .into(),
     }
 }
