@@ -91,12 +91,14 @@ def count(name: str, value: object) -> int:
     """A non-negative integer count (bools and floats are rejected).
 
     Raises:
-        ArgumentError: not an integer, or negative.
+        ArgumentError: not an integer, negative, or beyond int64.
     """
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value < 1 << 63:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"bad argument {name} = {value!r}: must be an int")
     if value < 0:
         raise ArgumentError(f"bad argument {name} = {value}: must be >= 0")
+    if value >= 1 << 63:
+        raise ArgumentError(f"bad argument {name} = {value}: must be below 2**63")
     return int(value)

@@ -44,7 +44,9 @@ def build_pool(device: str, total_mib: int, page_size: int, lazy: bool) -> Unifi
         temporal_dtype=torch.float32,
         grow="up",
     )
-    return UnifiedKVPool(total_mib * MIB, [full, mamba], page_size=page_size, device=device, lazy=lazy)
+    return UnifiedKVPool(
+        total_mib * MIB, [full, mamba], page_size=page_size, device=device, lazy=lazy
+    )
 
 
 def _fill(pool: UnifiedKVPool, req: Request) -> None:
@@ -60,7 +62,9 @@ def _fill(pool: UnifiedKVPool, req: Request) -> None:
         pool.set_kv("full", layer, phys, k, v)
     conv, temporal = pool.state_views("mamba")
     s = int(pool.allocator("mamba").translate_kv_loc(req.slot)[0])
-    conv[0][:, s] = torch.randn(conv[0][:, s].shape, generator=gen).to(conv[0].dtype).to(pool.device)
+    conv[0][:, s] = (
+        torch.randn(conv[0][:, s].shape, generator=gen).to(conv[0].dtype).to(pool.device)
+    )
     temporal[:, s] = torch.randn(temporal[:, s].shape, generator=gen).to(pool.device)
 
 
@@ -80,7 +84,9 @@ def _check(pool: UnifiedKVPool, req: Request) -> bool:
         ok &= torch.equal(vs[layer][phys // ps, phys % ps].cpu(), v)
     conv, temporal = pool.state_views("mamba")
     s = int(pool.allocator("mamba").translate_kv_loc(req.slot)[0])
-    ok &= torch.equal(conv[0][:, s].cpu(), torch.randn(conv[0][:, s].shape, generator=gen).to(conv[0].dtype))
+    ok &= torch.equal(
+        conv[0][:, s].cpu(), torch.randn(conv[0][:, s].shape, generator=gen).to(conv[0].dtype)
+    )
     ok &= torch.equal(temporal[:, s].cpu(), torch.randn(temporal[:, s].shape, generator=gen))
     return bool(ok)
 
@@ -95,9 +101,14 @@ def run(args: argparse.Namespace) -> int:
     live: list[Request] = []
     checked = failed = 0
     print(pool.summary())
-    print(f"{'phase':<10}{'peak reqs':>10}{'KV MiB':>10}{'state MiB':>11}{'gap MiB':>9}{'moved MiB':>11}")
+    print(
+        f"{'phase':<10}{'peak reqs':>10}{'KV MiB':>10}{'state MiB':>11}{'gap MiB':>9}{'moved MiB':>11}"
+    )
     t0 = time.perf_counter()
-    for phase, (lo, hi, steps) in (("chat", (32, 256, args.steps)), ("documents", (1024, 4096, args.steps))):
+    for phase, (lo, hi, steps) in (
+        ("chat", (32, 256, args.steps)),
+        ("documents", (1024, 4096, args.steps)),
+    ):
         peak = 0
         for _ in range(steps):
             want = -(-rng.randint(lo, hi) // ps) * ps

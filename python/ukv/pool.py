@@ -404,6 +404,12 @@ class UnifiedKVPool:
                     f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
                     f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
                 )
+            # Checked now, not at the next flush (which would then fail until it completes).
+            if not out_cache_loc.is_contiguous() or out_cache_loc.device.type == "meta":
+                raise ArgumentError(
+                    f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
+                    f"{out_cache_loc.device} must be contiguous and hold ids"
+                )
         with self._lock:
             token = next(self._tokens)
             self._events[token] = event

@@ -2,6 +2,7 @@
 //! call the core once, and convert the result; the logic lives in `ukv-core`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -24,19 +25,31 @@ type TokenResult<'py> = Option<(Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyA
 #[pyclass(name = "Arena", module = "ukv._core")]
 pub struct PyArena {
     inner: Arena,
-    poisoned: Option<String>,
+    /// Set once, by the first panic caught; the arena then refuses every call.
+    poisoned: OnceLock<String>,
 }
 
 impl PyArena {
     /// Run `f` on the arena; a panic poisons the arena instead of reaching Python.
     fn call<T>(&mut self, f: impl FnOnce(&mut Arena) -> ukv_core::Result<T>) -> PyResult<T> {
-        if let Some(why) = &self.poisoned {
-            return Err(raise(
+        self.usable()?;
+        let caught = catch_unwind(AssertUnwindSafe(|| f(&mut self.inner)));
+        self.settle(caught)
+    }
+
+    fn usable(&self) -> PyResult<()> {
+        match self.poisoned.get() {
+            Some(why) => Err(raise(
                 "PoolPoisonedError",
                 format!("the arena is unusable: {why}"),
-            ));
+            )),
+            None => Ok(()),
         }
-        match catch_unwind(AssertUnwindSafe(|| f(&mut self.inner))) {
+    }
+
+    /// Map a caught core result; a panic poisons the arena.
+    fn settle<T>(&self, caught: std::thread::Result<ukv_core::Result<T>>) -> PyResult<T> {
+        match caught {
             Ok(r) => r.map_err(to_py),
             Err(payload) => {
                 let why = payload
@@ -44,7 +57,7 @@ impl PyArena {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "internal panic".into());
-                self.poisoned = Some(format!("internal error: {why}"));
+                let _ = self.poisoned.set(format!("internal error: {why}"));
                 Err(raise(
                     "PoolPoisonedError",
                     format!("internal error, arena poisoned: {why}"),
@@ -110,7 +123,7 @@ impl PyArena {
         let inner = Arena::new(cfg).map_err(to_py)?;
         Ok(PyArena {
             inner,
-            poisoned: None,
+            poisoned: OnceLock::new(),
         })
     }
 
@@ -237,8 +250,15 @@ impl PyArena {
         self.call(|a| a.clear(pool))
     }
 
-    fn check_invariants(&mut self) -> PyResult<()> {
-        self.call(|a| a.check_invariants())
+    /// Reads every table (seconds at tens of millions of pages), so it runs without the
+    /// GIL. The arena stays borrowed meanwhile: a mutating call on this object from another
+    /// thread raises instead of racing (UnifiedKVPool holds its lock around both).
+    fn check_invariants(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable()?;
+        let inner = &self.inner;
+        let caught =
+            py.allow_threads(|| catch_unwind(AssertUnwindSafe(|| inner.check_invariants())));
+        self.settle(caught)
     }
 
     fn available_pages(&self, pool: usize) -> PyResult<i64> {
@@ -438,7 +458,7 @@ impl PyArena {
 
     /// Whether an internal failure has made this arena refuse further calls.
     fn is_poisoned(&self) -> bool {
-        self.poisoned.is_some()
+        self.poisoned.get().is_some()
     }
 
     fn __repr__(&self) -> String {
