@@ -98,9 +98,12 @@ def host_times(page_size: int, iters: int = 2000) -> dict[str, float]:
     res: dict[str, float] = {}
     ids = full.alloc(n)
     buf = torch.empty_like(ids)
+    phys = full.translate_kv_loc(ids)
+    k = torch.randn(n, 8, 128, device="cuda", dtype=torch.bfloat16)
     for label, fn in (
         ("alloc+free pair", lambda: full.free(full.alloc(n))),
         ("translate (out=)", lambda: full.translate_kv_loc(ids, out=buf)),
+        ("set_kv, one layer", lambda: pool.set_kv("full", 0, phys, k, k)),
     ):
         for _ in range(50):
             fn()
