@@ -15,6 +15,9 @@ use std::process::Command;
 
 use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec};
 
+mod common;
+use common::Rng;
+
 const TRACE_OPS: usize = 20_000;
 
 /// FNV-1a, 64 bits: stable across processes, builds and platforms.
@@ -77,18 +80,6 @@ fn hash_state(h: &mut Fnv, a: &Arena) {
         h.u64(s.pages_moved);
         h.u64(s.compactions);
         h.u64(s.flushes);
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n.max(1)
     }
 }
 

@@ -5,6 +5,9 @@
 
 use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec, UkvError};
 
+mod common;
+use common::assert_same_tables;
+
 fn spec(name: &str, entry: u64, ps: u64, dir: Direction, owner: Option<usize>) -> PoolSpec {
     PoolSpec {
         name: name.into(),
@@ -59,40 +62,10 @@ fn busy_paged_swa(lazy: bool) -> Arena {
     a
 }
 
-/// Everything observable through the public API.
+/// Everything observable through the public API, plan included.
 fn assert_unchanged(before: &Arena, after: &Arena) {
     assert_eq!(before.plan(), after.plan(), "plan");
-    assert_eq!(before.latest_token(), after.latest_token(), "latest token");
-    for i in 0..before.num_pools() {
-        let (b, a) = (before.pool(i), after.pool(i));
-        assert_eq!(b.v2p(), a.v2p(), "pool {i} v2p");
-        assert_eq!(b.p2v(), a.p2v(), "pool {i} p2v");
-        assert_eq!(b.watermark(), a.watermark(), "pool {i} watermark");
-        assert_eq!(b.live_pages(), a.live_pages(), "pool {i} live");
-        assert_eq!(b.num_holes(), a.num_holes(), "pool {i} holes");
-        assert_eq!(b.num_pending(), a.num_pending(), "pool {i} pending");
-        assert_eq!(
-            b.free_ids().collect::<Vec<_>>(),
-            a.free_ids().collect::<Vec<_>>(),
-            "pool {i} ids"
-        );
-        assert_eq!(b.stats(), a.stats(), "pool {i} stats");
-        assert_eq!(
-            before.available_pages(i),
-            after.available_pages(i),
-            "pool {i} available"
-        );
-        assert_eq!(
-            before.schedulable_pages(i),
-            after.schedulable_pages(i),
-            "pool {i} sched"
-        );
-        assert_eq!(
-            before.in_free_group(i),
-            after.in_free_group(i),
-            "pool {i} group"
-        );
-    }
+    assert_same_tables(before, after);
     after.check_invariants().unwrap();
 }
 

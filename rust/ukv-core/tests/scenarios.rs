@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec, TOMBSTONE};
 
+mod common;
+use common::{assert_same_tables, Rng};
+
 // ----- fixtures -------------------------------------------------------------------------
 
 const FULL_ENTRY: u64 = 64; // MHA L=2, H=2, D=4, fp16
@@ -121,25 +124,6 @@ impl Markers {
                 );
             }
         }
-    }
-}
-
-/// Deterministic generator for the randomized scenarios (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 }
 
@@ -1439,41 +1423,6 @@ fn assert_same_state(before: &Arena, after: &Arena) {
     );
     assert!(after.plan().wait_tokens.is_empty());
     assert_same_tables(before, after);
-}
-
-/// Everything observable through the public API except the plan.
-fn assert_same_tables(before: &Arena, after: &Arena) {
-    assert_eq!(before.latest_token(), after.latest_token(), "latest token");
-    for i in 0..before.num_pools() {
-        let (b, a) = (before.pool(i), after.pool(i));
-        assert_eq!(b.v2p(), a.v2p(), "pool {i} v2p");
-        assert_eq!(b.p2v(), a.p2v(), "pool {i} p2v");
-        assert_eq!(b.watermark(), a.watermark(), "pool {i} watermark");
-        assert_eq!(b.live_pages(), a.live_pages(), "pool {i} live");
-        assert_eq!(b.num_holes(), a.num_holes(), "pool {i} holes");
-        assert_eq!(b.num_pending(), a.num_pending(), "pool {i} pending");
-        assert_eq!(
-            b.free_ids().collect::<Vec<_>>(),
-            a.free_ids().collect::<Vec<_>>(),
-            "pool {i} free ids"
-        );
-        assert_eq!(b.stats(), a.stats(), "pool {i} stats");
-        assert_eq!(
-            before.available_pages(i),
-            after.available_pages(i),
-            "pool {i} available"
-        );
-        assert_eq!(
-            before.schedulable_pages(i),
-            after.schedulable_pages(i),
-            "pool {i} schedulable"
-        );
-        assert_eq!(
-            before.in_free_group(i),
-            after.in_free_group(i),
-            "pool {i} group"
-        );
-    }
 }
 
 #[test]

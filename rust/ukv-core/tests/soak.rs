@@ -21,25 +21,12 @@ use std::time::Instant;
 
 use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec};
 
+mod common;
+use common::Rng;
+
 const CHECK_EVERY: u64 = 1000;
 const KV: usize = 0;
 const STATE: usize = 1;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 struct Req {
     tokens: Vec<i64>,
