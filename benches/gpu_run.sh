@@ -14,3 +14,4 @@ python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests
 echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
 python3 benches/bench_kernels.py --out "$out/kernels-h200.md" > "$out/kernels.log" 2>&1; tail -5 "$out/kernels.log"
 python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; tail -30 "$out/step.log"
+python3 benches/profile_cuda_host.py --out "$out/profile-cuda-host.txt" > /dev/null 2>&1; echo "host profile rc=$?"
