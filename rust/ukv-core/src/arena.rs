@@ -395,7 +395,12 @@ impl Arena {
         let (free_ids, pages) = (&mut self.pools[i].free_ids, &mut self.plan.pages);
         if n <= SMALL_BATCH {
             // `drain` costs more than the copy itself for a handful of ids.
-            pages.extend((0..n).filter_map(|_| free_ids.pop_front()));
+            // `n <= free_ids.len()` was checked above: every pop yields an id.
+            for _ in 0..n {
+                if let Some(v) = free_ids.pop_front() {
+                    pages.push(v);
+                }
+            }
         } else {
             // Copy the ids as (at most two) slices, then drop them from the front at once.
             let (front, back) = free_ids.as_slices();
@@ -502,6 +507,21 @@ impl Arena {
             if self.pools[i].group.is_none() {
                 return self.free_one(i, t);
             }
+        }
+        self.free_many(i, tokens)
+    }
+
+    /// [`Arena::free`] of any number of tokens (or inside a free group), kept out of line
+    /// so that the one-token hot path does not pay for the batch machinery's registers and
+    /// stack frame.
+    #[inline(never)]
+    fn free_many(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
+        if self.pools[i].group.is_none() && self.pools[i].tokens_are_live_pages(tokens) {
+            // Page size 1, ascending, all live: the tokens are the pages, no copy needed.
+            self.plan.reset();
+            self.pools[i].release(tokens, &mut self.plan.pools[i]);
+            self.finish_plan();
+            return Ok(());
         }
         let mut pages = std::mem::take(&mut self.scratch);
         let checked = self.pools[i].pages_to_free(tokens, &mut pages);

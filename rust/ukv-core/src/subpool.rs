@@ -330,6 +330,29 @@ impl SubPool {
         }
     }
 
+    /// Whether `tokens` can be released as they are: page size 1, strictly ascending (so
+    /// no repeats), every one a real, live page. Then [`SubPool::pages_to_free`] would
+    /// return them unchanged. False leaves the checks (and any error) to that function.
+    pub(crate) fn tokens_are_live_pages(&self, tokens: &[i64]) -> bool {
+        if self.geo.page_size != 1 {
+            return false;
+        }
+        let first = self.geo.min_virtual_page;
+        // Negative ids wrap far beyond `span`.
+        let span = (self.geo.num_virtual_pages - first) as u64;
+        let mut prev = -1i64;
+        for &t in tokens {
+            if t <= prev
+                || t.wrapping_sub(first) as u64 >= span
+                || self.v2p[t as usize] == TOMBSTONE
+            {
+                return false;
+            }
+            prev = t;
+        }
+        true
+    }
+
     /// Validate a free request and turn tokens into distinct live virtual pages, written to
     /// `out`. Tokens of one page free the whole page; at page size 1 a repeated id is a
     /// double free. Nothing is mutated except the duplicate marks.
@@ -367,8 +390,17 @@ impl SubPool {
     /// The fast half of [`SubPool::pages_to_free`] (no free group open): one pass with the
     /// page shift hoisted and one unsigned range compare per token. Returns false as soon
     /// as anything is off, leaving the exact error to the slow path.
+    ///
+    /// Duplicates are found without the marks while the pages come ascending (how tokens
+    /// are usually handed back): a repeat can then only be the previous page. At the first
+    /// descent the pages collected so far are marked and the marks take over, so the output
+    /// is the same as with marks throughout.
     fn collect_live_pages(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> bool {
         let ps = self.geo.page_size as i64;
+        if ps > 1 && tokens.len() % ps as usize == 0 && self.collect_whole_pages(tokens, out) {
+            return true;
+        }
+        out.clear();
         let shift = self
             .geo
             .page_size
@@ -377,13 +409,10 @@ impl SubPool {
         let first = self.geo.min_virtual_page;
         // Negative tokens give negative pages, which wrap far beyond `span`.
         let span = (self.geo.num_virtual_pages - first) as u64;
-        let gen = self.next_mark_gen();
-        if ps > 1 && tokens.len() % ps as usize == 0 && self.collect_whole_pages(tokens, gen, out) {
-            return true;
-        }
-        out.clear();
-        let gen = self.next_mark_gen();
         out.reserve(tokens.len());
+        // Pages are at least `first >= 0` once range-checked, so -1 is below all of them.
+        let mut prev = -1i64;
+        let mut gen = None;
         for &t in tokens {
             let page = match shift {
                 Some(s) => t >> s,
@@ -392,46 +421,97 @@ impl SubPool {
             if page.wrapping_sub(first) as u64 >= span || self.v2p[page as usize] == TOMBSTONE {
                 return false;
             }
+            let g = match gen {
+                None if page > prev => {
+                    prev = page;
+                    out.push(page);
+                    continue;
+                }
+                None if page == prev => {
+                    if ps == 1 {
+                        return false;
+                    }
+                    continue;
+                }
+                None => self.start_marks(out, &mut gen),
+                Some(g) => g,
+            };
             let mark = &mut self.marks[page as usize];
-            if *mark == gen {
+            if *mark == g {
                 if ps == 1 {
                     return false;
                 }
                 continue;
             }
-            *mark = gen;
+            *mark = g;
             out.push(page);
         }
         true
     }
 
+    /// Switch duplicate detection to the marks: a fresh generation, with every page of
+    /// `seen` marked.
+    #[cold]
+    #[inline(never)]
+    fn start_marks(&mut self, seen: &[i64], gen: &mut Option<u32>) -> u32 {
+        let g = self.next_mark_gen();
+        for &q in seen {
+            self.marks[q as usize] = g;
+        }
+        *gen = Some(g);
+        g
+    }
+
     /// [`SubPool::collect_live_pages`] for tokens that come as whole pages, each page's
     /// tokens ascending from its first (how a request hands its tokens back): one check per
     /// page plus one compare per token. False when the tokens are not laid out that way or
-    /// anything is off.
-    fn collect_whole_pages(&mut self, tokens: &[i64], gen: u32, out: &mut Vec<i64>) -> bool {
+    /// anything is off. Duplicate pages are found as in `collect_live_pages`.
+    fn collect_whole_pages(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> bool {
         let ps = self.geo.page_size as i64;
+        let shift = self
+            .geo
+            .page_size
+            .is_power_of_two()
+            .then(|| self.geo.page_size.trailing_zeros());
         let first = self.geo.min_virtual_page;
         let span = (self.geo.num_virtual_pages - first) as u64;
         out.reserve(tokens.len() / ps as usize);
+        let mut prev = -1i64;
+        let mut gen = None;
         for chunk in tokens.chunks_exact(ps as usize) {
             let base = chunk[0];
-            // Offsets by wrapping difference: `base + k` may not exist near i64::MAX.
-            let whole = base.rem_euclid(ps) == 0
+            // Offsets by wrapping difference: `base + k` may not exist near i64::MAX. A fold
+            // without early exit, so the compiler can vectorize it.
+            // For a power-of-two page size, a mask and an arithmetic shift give the same
+            // (floored) remainder and page as `rem_euclid` / `div_euclid`, without a divide.
+            let (aligned, page) = match shift {
+                Some(s) => (base & (ps - 1) == 0, base >> s),
+                None => (base.rem_euclid(ps) == 0, base.div_euclid(ps)),
+            };
+            let whole = aligned
                 && chunk
                     .iter()
-                    .zip(0..ps)
-                    .all(|(&t, k)| t.wrapping_sub(base) == k);
-            let page = base.div_euclid(ps);
+                    .enumerate()
+                    .fold(true, |ok, (k, &t)| ok & (t.wrapping_sub(base) == k as i64));
             if !whole
                 || page.wrapping_sub(first) as u64 >= span
                 || self.v2p[page as usize] == TOMBSTONE
             {
                 return false;
             }
+            let g = match gen {
+                None if page > prev => {
+                    prev = page;
+                    out.push(page);
+                    continue;
+                }
+                None if page == prev => continue,
+                None => self.start_marks(out, &mut gen),
+                Some(g) => g,
+            };
             let mark = &mut self.marks[page as usize];
-            if *mark != gen {
-                *mark = gen;
+            if *mark != g {
+                *mark = g;
                 out.push(page);
             }
         }
@@ -499,7 +579,7 @@ impl SubPool {
         };
         if vpages.len() <= SMALL_BATCH {
             // A few pages: element-wise beats four `memcpy` calls.
-            for (p, &v) in (start..start + n).zip(vpages) {
+            for (p, &v) in (start..).zip(vpages) {
                 self.bind(v, p, plan);
             }
             return;
@@ -559,30 +639,62 @@ impl SubPool {
     pub(crate) fn release(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let mut freed = std::mem::take(&mut self.scratch);
         freed.clear();
-        freed.extend(
-            vpages
-                .iter()
-                .map(|&v| std::mem::replace(&mut self.v2p[v as usize], TOMBSTONE)),
-        );
+        let (v2p, p2v) = (&mut self.v2p, &mut self.p2v);
+        let mut unbind = |v: i64| {
+            let p = std::mem::replace(&mut v2p[v as usize], TOMBSTONE);
+            p2v[p as usize] = TOMBSTONE;
+            p
+        };
+        // Eager: only the freed pages that stay inside the new band matter (they receive
+        // the survivors), so only they are kept, noting whether they come ascending.
+        let k = vpages.len() as i64;
+        let mut ascending = true;
+        if self.lazy {
+            freed.extend(vpages.iter().map(|&v| unbind(v)));
+        } else {
+            let mut prev = i64::MIN;
+            let mut keep = |p: i64| {
+                ascending &= prev <= p;
+                prev = p;
+                freed.push(p);
+            };
+            match self.geo.direction {
+                Direction::Up => {
+                    let new_wm = self.wm - k;
+                    for &v in vpages {
+                        let p = unbind(v);
+                        if p < new_wm {
+                            keep(p);
+                        }
+                    }
+                }
+                Direction::Down => {
+                    let new_wm = self.wm + k;
+                    for &v in vpages {
+                        let p = unbind(v);
+                        if p > new_wm {
+                            keep(p);
+                        }
+                    }
+                }
+            }
+        }
         plan.set_v2p_all(vpages, TOMBSTONE);
         if self.owner.is_none() {
             if vpages.len() <= SMALL_BATCH {
                 vpages.iter().for_each(|&v| self.free_ids.push_back(v));
             } else {
-                self.free_ids.extend(vpages.iter().copied());
+                self.free_ids.extend(vpages);
             }
         }
         self.live -= vpages.len();
-        for &p in &freed {
-            self.p2v[p as usize] = TOMBSTONE;
-        }
         if self.lazy {
             plan.set_p2v_all(&freed, TOMBSTONE);
             self.holes.extend(freed.iter().copied());
         } else {
             // The p2v rows of the freed pages are recorded by the compaction, which knows
             // which of them stay tombstones and which receive a survivor.
-            self.compact_eager(&mut freed, plan);
+            self.compact_eager(k, &mut freed, ascending, plan);
         }
         self.scratch = freed;
     }
@@ -627,30 +739,28 @@ impl SubPool {
         }
     }
 
-    /// Eager compaction after freeing the physical pages in `freed`: the band shrinks by
-    /// `K = freed.len()` pages, and the i-th smallest survivor of the vacated stretch moves
-    /// into the i-th smallest freed page left inside the new band.
-    fn compact_eager(&mut self, freed: &mut [i64], plan: &mut PoolPlan) {
-        let k = freed.len() as i64;
+    /// Eager compaction after freeing `k` physical pages: the band shrinks by `k` pages,
+    /// and the i-th smallest survivor of the vacated stretch moves into the i-th smallest
+    /// freed page left inside the new band. `dst` holds exactly those freed pages (in any
+    /// order; `ascending` when they are already sorted).
+    fn compact_eager(&mut self, k: i64, dst: &mut [i64], ascending: bool, plan: &mut PoolPlan) {
         if k == 0 {
             return;
         }
-        if !is_ascending(freed) {
-            freed.sort_unstable();
+        if !ascending {
+            dst.sort_unstable();
         }
-        // The vacated stretch `[lo, hi)` and the freed pages that stay inside the new band.
-        let (lo, hi, dst): (i64, i64, &[i64]) = match self.geo.direction {
+        // The vacated stretch `[lo, hi)`.
+        let (lo, hi) = match self.geo.direction {
             Direction::Up => {
                 let new_wm = self.wm - k;
-                let split = freed.partition_point(|&p| p < new_wm);
-                let band = (new_wm, self.wm, &freed[..split]);
+                let band = (new_wm, self.wm);
                 self.wm = new_wm;
                 band
             }
             Direction::Down => {
                 let new_wm = self.wm + k;
-                let split = freed.partition_point(|&p| p <= new_wm);
-                let band = (self.wm + 1, new_wm + 1, &freed[split..]);
+                let band = (self.wm + 1, new_wm + 1);
                 self.wm = new_wm;
                 band
             }
