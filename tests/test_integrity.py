@@ -202,6 +202,15 @@ def test_integrity_cpu(ps: int, lazy: bool, grow: str, side: str) -> None:
     _run("cpu", CPU_OPS, ps, lazy, grow, side)
 
 
+@pytest.mark.parametrize(("ps", "lazy", "grow", "side"), CONFIGS)
+def test_integrity_cpu_numpy_moves(ps, lazy, grow, side, monkeypatch) -> None:
+    """The CPU pool without Triton (how it runs outside the tests): moves are NumPy
+    record copies on the page envelopes, tables are the core's own."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not ukv.ops.use_triton("cpu")
+    _run("cpu", 5 * CPU_OPS, ps, lazy, grow, side)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ps", "lazy", "grow", "side"), CONFIGS)
 def test_integrity_cuda(ps: int, lazy: bool, grow: str, side: str) -> None:

@@ -149,9 +149,11 @@ class UnifiedKVPool:
             None
             if self._use_triton or self.device.type != "cpu"
             else [
-                layout.page_envelope_view(
-                    self.raw, int(i["page_bytes"]), int(i["num_pages"])
-                ).numpy()
+                _as_records(
+                    layout.page_envelope_view(
+                        self.raw, int(i["page_bytes"]), int(i["num_pages"])
+                    ).numpy()
+                )
                 for i in self._info
             ]
         )
@@ -619,3 +621,12 @@ def _buffer(total_bytes: int, device: torch.device) -> torch.Tensor:
     if device.type == "meta":
         return torch.empty(total_bytes, dtype=torch.uint8, device=device)
     return torch.zeros(total_bytes, dtype=torch.uint8, device=device)
+
+
+def _as_records(rows: np.ndarray) -> np.ndarray:
+    """``(num_pages, page_bytes)`` uint8 rows as a 1-D array of ``page_bytes``-sized
+    records over the same memory: NumPy's fancy indexing then copies a whole page per
+    element, about twice as fast for small pages as indexing uint8 rows."""
+    if not rows.flags.c_contiguous:
+        return rows
+    return rows.view(np.dtype((np.void, rows.shape[1]))).reshape(rows.shape[0])
