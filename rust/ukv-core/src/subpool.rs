@@ -401,14 +401,7 @@ impl SubPool {
             return true;
         }
         out.clear();
-        let shift = self
-            .geo
-            .page_size
-            .is_power_of_two()
-            .then(|| self.geo.page_size.trailing_zeros());
-        let first = self.geo.min_virtual_page;
-        // Negative tokens give negative pages, which wrap far beyond `span`.
-        let span = (self.geo.num_virtual_pages - first) as u64;
+        let (shift, first, span) = self.page_range_params();
         out.reserve(tokens.len());
         // Pages are at least `first >= 0` once range-checked, so -1 is below all of them.
         let mut prev = -1i64;
@@ -449,6 +442,18 @@ impl SubPool {
         true
     }
 
+    /// What the unchecked free loops need to map tokens to pages and range-check them with
+    /// one unsigned compare: the page shift (power-of-two page sizes), the first real page,
+    /// and the number of real pages (negative tokens give negative pages, which wrap far
+    /// beyond it).
+    #[inline]
+    fn page_range_params(&self) -> (Option<u32>, i64, u64) {
+        let ps = self.geo.page_size;
+        let first = self.geo.min_virtual_page;
+        let shift = ps.is_power_of_two().then(|| ps.trailing_zeros());
+        (shift, first, (self.geo.num_virtual_pages - first) as u64)
+    }
+
     /// Switch duplicate detection to the marks: a fresh generation, with every page of
     /// `seen` marked.
     #[cold]
@@ -468,13 +473,7 @@ impl SubPool {
     /// anything is off. Duplicate pages are found as in `collect_live_pages`.
     fn collect_whole_pages(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> bool {
         let ps = self.geo.page_size as i64;
-        let shift = self
-            .geo
-            .page_size
-            .is_power_of_two()
-            .then(|| self.geo.page_size.trailing_zeros());
-        let first = self.geo.min_virtual_page;
-        let span = (self.geo.num_virtual_pages - first) as u64;
+        let (shift, first, span) = self.page_range_params();
         out.reserve(tokens.len() / ps as usize);
         let mut prev = -1i64;
         let mut gen = None;
