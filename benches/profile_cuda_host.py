@@ -17,18 +17,9 @@ import io
 import pstats
 
 import torch
-
-import ukv
+from bench_step_launches import _pool  # the same model and pool as the step bench
 
 CALLS = 2000
-
-
-def _pool() -> ukv.UnifiedKVPool:
-    full = ukv.MHASpec("full", 4, 8, 128, torch.bfloat16, grow="down")
-    mamba = ukv.MambaSpec(
-        "mamba", 4, ((3, 1024),), torch.float32, (8, 64, 64), torch.float32, grow="up"
-    )
-    return ukv.UnifiedKVPool(1 << 30, [full, mamba], page_size=16, device="cuda")
 
 
 def main() -> int:
@@ -38,7 +29,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs CUDA")
         return 0
-    pool = _pool()
+    pool = _pool(16)
     full = pool.allocator("full")
     ps = 16
     ids = full.alloc(ps)
