@@ -247,6 +247,29 @@ def test_store_kv_rejects_bad_arguments():
         ops.store_kv(k_view, v_view, loc, k, v, fp8_dtype=torch.float8_e5m2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_store_target_is_reusable_and_checks_views_once(device):
+    """A target validated once serves many stores (how the pool's set_kv runs); each
+    store equals the one-shot store_kv, and bad views fail when the target is built."""
+    geometry = _geometry(page_size=2, heads=3, head_dim=5, v_head_dim=7)
+    raw = _kv_buffer(geometry, device)
+    expected = raw.clone()
+    target = ops.store_target(*_kv_views(raw, 1, geometry))
+    assert target.num_slots == geometry["pages"] * geometry["page_size"]
+    for seed in range(3):
+        k, v = (x * (seed + 1) for x in _random_kv(4, geometry, torch.bfloat16, device))
+        dtype = torch.int32 if seed % 2 else torch.int64
+        loc = _random_loc(12, geometry, dtype, device)[4 * seed : 4 * seed + 4]
+        ops.store_kv_to(target, loc, k, v)
+        ops.store_kv_ref(*_kv_views(expected, 1, geometry), loc, k, v)
+        assert torch.equal(raw, expected)
+    with pytest.raises(ArgumentError, match=r"k must have shape \(4, 3, 5\)"):
+        ops.store_kv_to(target, loc, v, v)
+    k_view, v_view = _kv_views(raw, 0, geometry)
+    with pytest.raises(ArgumentError, match="k_view must have contiguous trailing"):
+        ops.store_target(k_view.transpose(2, 3), v_view)
+
+
 def test_store_kv_uint8_views_need_fp8_dtype():
     geometry = _geometry(store_dtype=torch.uint8)
     k_view, v_view = _kv_views(_kv_buffer(geometry, "cpu"), 0, geometry)

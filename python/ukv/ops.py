@@ -44,8 +44,11 @@ __all__ = [
     "copy_slots_ref",
     "move_pages",
     "move_pages_ref",
+    "StoreTarget",
     "store_kv",
     "store_kv_ref",
+    "store_kv_to",
+    "store_target",
     "translate",
     "translate_ref",
     "use_triton",
@@ -264,18 +267,41 @@ def _check_view(name: str, view: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def _check_store_args(
-    k_view: torch.Tensor,
-    v_view: torch.Tensor,
-    loc: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    fp8_dtype: torch.dtype | None,
-) -> None:
+class StoreTarget(NamedTuple):
+    """One layer's K/V views, validated once, with what every store into them reuses.
+
+    Built by :func:`store_target`; a pool keeps one per layer, so a ``set_kv`` call checks
+    and bit-views only its new rows. Fields are read-only facts about the views.
+    """
+
+    k_view: torch.Tensor
+    v_view: torch.Tensor
+    k_bits: torch.Tensor
+    v_bits: torch.Tensor
+    fp8_dtype: torch.dtype | None
+    page_size: int
+    num_slots: int
+    k_row: int
+    v_row: int
+    block_n: int
+    block_k: int
+    block_v: int
+
+
+def store_target(
+    k_view: torch.Tensor, v_view: torch.Tensor, fp8_dtype: torch.dtype | None = None
+) -> StoreTarget:
+    """Validate one layer's K/V views for :func:`store_kv_to`.
+
+    Args: ``k_view``, ``v_view`` and ``fp8_dtype`` as for :func:`store_kv`.
+
+    Raises:
+        ArgumentError: On a wrong rank, a non-contiguous view row, views that do not match,
+            or a bad ``fp8_dtype``.
+    """
     _check_view("k_view", k_view)
     _check_view("v_view", v_view)
-    device = k_view.device
-    _check_tensor("v_view", v_view, device=device)
+    _check_tensor("v_view", v_view, device=k_view.device)
     if v_view.shape[:3] != k_view.shape[:3]:
         raise ArgumentError(
             f"v_view shape {tuple(v_view.shape)} does not match k_view "
@@ -286,9 +312,35 @@ def _check_store_args(
             f"v_view is {_dtype_name(v_view.dtype)} but k_view is {_dtype_name(k_view.dtype)}"
         )
     _check_fp8_dtype(fp8_dtype, k_view)
+    num_pages, page_size, heads, head_dim = k_view.shape
+    k_row, v_row = heads * head_dim, heads * v_view.shape[3]
+    max_block_row = STORE_MAX_ROW_BYTES // k_view.element_size()
+    block_k = min(_next_pow2(k_row), max_block_row)
+    block_v = min(_next_pow2(v_row), max_block_row)
+    block_n = max(1, STORE_TILE_BYTES // k_view.element_size() // max(block_k, block_v))
+    return StoreTarget(
+        k_view,
+        v_view,
+        _as_bits(k_view),
+        _as_bits(v_view),
+        fp8_dtype,
+        page_size,
+        num_pages * page_size,
+        k_row,
+        v_row,
+        block_n,
+        block_k,
+        block_v,
+    )
+
+
+def _check_store_rows(
+    target: StoreTarget, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
+    device = target.k_view.device
     _check_tensor("loc", loc, ndim=1, dtypes=INDEX_DTYPES, device=device)
-    num_tokens, heads = loc.numel(), k_view.shape[2]
-    for name, x, view in (("k", k, k_view), ("v", v, v_view)):
+    num_tokens, heads = loc.numel(), target.k_view.shape[2]
+    for name, x, view in (("k", k, target.k_view), ("v", v, target.v_view)):
         _check_tensor(name, x, ndim=3, device=device)
         if not (x.dtype.is_floating_point or x.dtype == view.dtype):
             raise ArgumentError(
@@ -353,38 +405,29 @@ def store_kv_ref(
     v_view[page, tok] = v
 
 
-def _store_kv_triton(
-    k_view: torch.Tensor, v_view: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> None:
-    num_pages, page_size, heads, head_dim = k_view.shape
-    k_row, v_row = heads * head_dim, heads * v_view.shape[3]
-    itemsize = k_view.element_size()
-    max_block_row = STORE_MAX_ROW_BYTES // itemsize
-    block_k = min(_next_pow2(k_row), max_block_row)
-    block_v = min(_next_pow2(v_row), max_block_row)
-    block_n = max(1, STORE_TILE_BYTES // itemsize // max(block_k, block_v))
-    grid = (_cdiv(loc.numel(), block_n), 2)
+def _store_kv_triton(t: StoreTarget, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    grid = (_cdiv(loc.numel(), t.block_n), 2)
     _store_k.store_kv_kernel[grid](
-        _as_bits(k_view),
-        _as_bits(v_view),
+        t.k_bits,
+        t.v_bits,
         _as_bits(k),
         _as_bits(v),
         loc,
         loc.numel(),
-        num_pages * page_size,
+        t.num_slots,
         loc.stride(0),
-        k_view.stride(0),
-        k_view.stride(1),
-        v_view.stride(0),
-        v_view.stride(1),
+        t.k_view.stride(0),
+        t.k_view.stride(1),
+        t.v_view.stride(0),
+        t.v_view.stride(1),
         k.stride(0),
         v.stride(0),
-        PAGE_SIZE=page_size,
-        K_ROW=k_row,
-        V_ROW=v_row,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        BLOCK_V=block_v,
+        PAGE_SIZE=t.page_size,
+        K_ROW=t.k_row,
+        V_ROW=t.v_row,
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
+        BLOCK_V=t.block_v,
         num_warps=STORE_NUM_WARPS,
     )
 
@@ -425,7 +468,28 @@ def store_kv(
     Raises:
         ArgumentError: On a wrong shape, dtype, device or non-contiguous view row.
     """
-    _check_store_args(k_view, v_view, loc, k, v, fp8_dtype)
+    target = store_target(k_view, v_view, fp8_dtype)
+    store_kv_to(target, loc, k, v, k_scale=k_scale, v_scale=v_scale)
+
+
+def store_kv_to(
+    target: StoreTarget,
+    loc: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    k_scale: float | torch.Tensor | None = None,
+    v_scale: float | torch.Tensor | None = None,
+) -> None:
+    """:func:`store_kv` into views already validated by :func:`store_target`.
+
+    Args: ``loc``, ``k``, ``v``, ``k_scale``, ``v_scale`` as for :func:`store_kv`.
+
+    Raises:
+        ArgumentError: On a wrong shape, dtype or device of ``loc``, ``k`` or ``v``.
+    """
+    _check_store_rows(target, loc, k, v)
+    k_view, v_view, fp8_dtype = target.k_view, target.v_view, target.fp8_dtype
     if loc.numel() == 0 or k_view.device.type == "meta":
         return
     if not use_triton(k_view.device):
@@ -437,7 +501,7 @@ def store_kv(
     v = _store_payload("v", v, v_view.dtype, v_scale, fp8_dtype)
     k = k if _rows_contiguous(k) else k.contiguous()
     v = v if _rows_contiguous(v) else v.contiguous()
-    _store_kv_triton(k_view, v_view, loc, k, v)
+    _store_kv_triton(target, loc, k, v)
 
 
 # ---------------------------------------------------------------------------- move_pages

@@ -138,6 +138,8 @@ class UnifiedKVPool:
         self._tables = [DeviceTables(self._arena, i, table_device) for i in range(len(self._specs))]
         self._info = [self._arena.pool_info(i) for i in range(len(self._specs))]
         self._views = [self._build_views(s, info) for s, info in zip(self._specs, self._info)]
+        # set_kv's validated views and launch geometry, per MHA sub-pool and layer (lazily).
+        self._store_targets: dict[str, list[ops.StoreTarget]] = {}
         self._allocators = [SubPoolAllocator(self, i) for i in range(len(self._specs))]
         # Host tables are live views: changed rows need no work unless a device mirrors them.
         mirrored = any(t.mirrored for t in self._tables)
@@ -294,20 +296,22 @@ class UnifiedKVPool:
         Raises:
             ArgumentError: bad layer, shapes, dtypes or devices.
         """
-        spec = self.spec(name)
-        ks, vs = self.kv_views(name)
+        targets = self._store_targets.get(name)
+        if targets is None:
+            spec = self.spec(name)
+            ks, vs = self.kv_views(name)
+            fp8 = spec.dtype if spec.store_dtype != spec.dtype else None  # type: ignore[attr-defined]
+            targets = [ops.store_target(kl, vl, fp8) for kl, vl in zip(ks, vs)]
+            self._store_targets[name] = targets
         if (
             isinstance(layer, bool)
             or not isinstance(layer, numbers.Integral)
-            or not 0 <= layer < len(ks)
+            or not 0 <= layer < len(targets)
         ):
             raise ArgumentError(
-                f"bad argument layer = {layer!r}: sub-pool {name!r} has {len(ks)} layers"
+                f"bad argument layer = {layer!r}: sub-pool {name!r} has {len(targets)} layers"
             )
-        fp8 = spec.dtype if spec.store_dtype != spec.dtype else None  # type: ignore[attr-defined]
-        ops.store_kv(
-            ks[layer], vs[layer], loc, k, v, k_scale=k_scale, v_scale=v_scale, fp8_dtype=fp8
-        )
+        ops.store_kv_to(targets[int(layer)], loc, k, v, k_scale=k_scale, v_scale=v_scale)
 
     def get_cpu_copy(self, name: str, ids: torch.Tensor) -> list[torch.Tensor]:
         """Host copies of the bytes of these virtual tokens (KV) or slots (state), for offload.
