@@ -6,17 +6,7 @@
 use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec, UkvError};
 
 mod common;
-use common::assert_same_tables;
-
-fn spec(name: &str, entry: u64, ps: u64, dir: Direction, owner: Option<usize>) -> PoolSpec {
-    PoolSpec {
-        name: name.into(),
-        entry_bytes: entry,
-        page_size: ps,
-        direction: dir,
-        id_owner: owner,
-    }
-}
+use common::{assert_same_tables, spec};
 
 fn build(total: u64, pools: Vec<PoolSpec>, lazy: bool) -> Arena {
     let mut cfg = ArenaConfig::new(total, pools);

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec, TOMBSTONE};
 
 mod common;
-use common::{assert_same_tables, Rng};
+use common::{assert_same_tables, spec, Rng};
 
 // ----- fixtures -------------------------------------------------------------------------
 
@@ -17,16 +17,6 @@ const FULL_ENTRY: u64 = 64; // MHA L=2, H=2, D=4, fp16
 const MAMBA_ENTRY: u64 = 160; // L=2, conv (4,3) fp32 + temporal (2,2,2) fp32
 const FULL: usize = 0;
 const MAMBA: usize = 1;
-
-fn spec(name: &str, entry: u64, ps: u64, dir: Direction, owner: Option<usize>) -> PoolSpec {
-    PoolSpec {
-        name: name.into(),
-        entry_bytes: entry,
-        page_size: ps,
-        direction: dir,
-        id_owner: owner,
-    }
-}
 
 fn arena(total: u64, pools: Vec<PoolSpec>, lazy: bool, max_moves: usize) -> Arena {
     let mut cfg = ArenaConfig::new(total, pools);

@@ -2,7 +2,19 @@
 //! file uses every helper).
 #![allow(dead_code)]
 
-use ukv_core::Arena;
+use ukv_core::{Arena, Direction, PoolSpec};
+
+/// A pool spec: `entry` bytes per entry, page size `ps`, growing in `dir`; `owner` is the
+/// pool whose virtual ids it binds (None: it mints its own).
+pub fn spec(name: &str, entry: u64, ps: u64, dir: Direction, owner: Option<usize>) -> PoolSpec {
+    PoolSpec {
+        name: name.into(),
+        entry_bytes: entry,
+        page_size: ps,
+        direction: dir,
+        id_owner: owner,
+    }
+}
 
 /// Deterministic generator for the randomized tests (SplitMix64).
 pub struct Rng(pub u64);
