@@ -39,5 +39,5 @@ mod subpool;
 pub use arena::{Arena, ArenaConfig, DEFAULT_MAX_MOVES_PER_FLUSH};
 pub use error::{Result, UkvError};
 pub use geometry::{reserved_floor, Direction, Geometry, PoolSpec};
-pub use plan::{Plan, PoolPlan};
+pub use plan::{PackedLayout, PackedPool, Plan, PoolPlan};
 pub use subpool::{PoolStats, SubPool, TOMBSTONE};

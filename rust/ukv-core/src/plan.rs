@@ -143,3 +143,183 @@ impl Plan {
         self.pools.iter().map(PoolPlan::num_moves).sum()
     }
 }
+
+/// Where one sub-pool's part of a packed plan sits in the flat buffer
+/// (see [`Plan::pack_into`]); offsets count `i64` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedPool {
+    /// Sub-pool index.
+    pub pool: usize,
+    /// Offset of the `moves` source pages.
+    pub src: usize,
+    /// Offset of the `moves` destination pages.
+    pub dst: usize,
+    /// Offset of the changed table rows, over the concatenation `[v2p | p2v]`.
+    pub rows: usize,
+    /// Offset of their values.
+    pub vals: usize,
+    /// Number of page moves.
+    pub moves: usize,
+    /// Number of changed table rows.
+    pub num_rows: usize,
+}
+
+/// The layout of a packed plan: everything one device launch per sub-pool reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackedLayout {
+    /// Elements the whole payload needs (the buffer was written only if it had room).
+    pub len: usize,
+    /// Offset and count of the returned token ids.
+    pub tokens: (usize, usize),
+    /// Offset and count of the token-request column (0 when every token is final).
+    pub token_req: (usize, usize),
+    /// Sub-pools with moves or changed rows, in index order.
+    pub pools: Vec<PackedPool>,
+}
+
+/// Sections of a packed plan start on even offsets: with an aligned buffer every section
+/// is 16-byte aligned, so a kernel compiled for aligned pointers reads any of them.
+const PACK_ALIGN: usize = 2;
+
+fn align_up(n: usize) -> usize {
+    n.div_ceil(PACK_ALIGN) * PACK_ALIGN
+}
+
+impl Plan {
+    /// Lay the plan out as one flat `i64` payload and write it into `out` when it fits.
+    ///
+    /// Layout: `[tokens | token_req | per sub-pool with work: src | dst | rows | vals]`,
+    /// each section padded to an even length. Table rows address the concatenation
+    /// `[v2p | p2v]` of their sub-pool: p2v rows are offset by `v2p_lens[pool]`.
+    /// `with_tokens` includes the allocation's ids; `with_rows` the changed table rows
+    /// (only callers that mirror the tables need them).
+    ///
+    /// Returns the layout; `out` is untouched when `layout.len > out.len()`.
+    pub fn pack_into(
+        &self,
+        out: &mut [i64],
+        v2p_lens: &[usize],
+        with_tokens: bool,
+        with_rows: bool,
+    ) -> PackedLayout {
+        let layout = self.pack_layout(with_tokens, with_rows);
+        if layout.len > out.len() {
+            return layout;
+        }
+        let (t, n) = layout.tokens;
+        out[t..t + n].copy_from_slice(&self.tokens[..n]);
+        let (r, n) = layout.token_req;
+        out[r..r + n].copy_from_slice(&self.token_req[..n]);
+        for sec in &layout.pools {
+            let p = &self.pools[sec.pool];
+            out[sec.src..sec.src + sec.moves].copy_from_slice(&p.src);
+            out[sec.dst..sec.dst + sec.moves].copy_from_slice(&p.dst);
+            if sec.num_rows > 0 {
+                let offset = v2p_lens.get(sec.pool).copied().unwrap_or(0) as i64;
+                let rows = p.v2p_rows.iter().copied();
+                let rows = rows.chain(p.p2v_rows.iter().map(|r| r + offset));
+                for (slot, row) in out[sec.rows..sec.rows + sec.num_rows].iter_mut().zip(rows) {
+                    *slot = row;
+                }
+                let vals = p.v2p_vals.iter().chain(&p.p2v_vals);
+                for (slot, &val) in out[sec.vals..sec.vals + sec.num_rows].iter_mut().zip(vals) {
+                    *slot = val;
+                }
+            }
+        }
+        layout
+    }
+
+    /// The layout [`Plan::pack_into`] writes, without writing anything.
+    pub fn pack_layout(&self, with_tokens: bool, with_rows: bool) -> PackedLayout {
+        let mut at = 0;
+        let mut section = |n: usize| {
+            let start = at;
+            at += align_up(n);
+            (start, n)
+        };
+        let tokens = section(if with_tokens { self.tokens.len() } else { 0 });
+        let token_req = section(if with_tokens { self.token_req.len() } else { 0 });
+        let mut pools = Vec::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            let num_rows = if with_rows {
+                p.v2p_rows.len() + p.p2v_rows.len()
+            } else {
+                0
+            };
+            let moves = p.num_moves();
+            if moves == 0 && num_rows == 0 {
+                continue;
+            }
+            pools.push(PackedPool {
+                pool: i,
+                src: section(moves).0,
+                dst: section(moves).0,
+                rows: section(num_rows).0,
+                vals: section(num_rows).0,
+                moves,
+                num_rows,
+            });
+        }
+        PackedLayout {
+            len: at,
+            tokens,
+            token_req,
+            pools,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Plan {
+        let mut plan = Plan::with_pools(2);
+        plan.tokens = vec![7, 8, 9];
+        plan.pools[1].push_move(5, 2);
+        plan.pools[1].set_v2p(3, 2);
+        plan.pools[1].set_p2v(2, 3);
+        plan.pools[1].set_p2v(5, -1);
+        plan
+    }
+
+    #[test]
+    fn pack_writes_every_section_at_its_offset() {
+        let plan = sample();
+        let mut out = vec![0i64; 64];
+        let l = plan.pack_into(&mut out, &[10, 10], true, true);
+        assert_eq!(l.tokens, (0, 3));
+        assert_eq!(l.token_req, (4, 0));
+        assert_eq!(l.pools.len(), 1);
+        let s = l.pools[0];
+        assert_eq!((s.pool, s.moves, s.num_rows), (1, 1, 3));
+        assert!([s.src, s.dst, s.rows, s.vals]
+            .iter()
+            .all(|o| o % PACK_ALIGN == 0));
+        assert_eq!(&out[..3], &[7, 8, 9]);
+        assert_eq!((out[s.src], out[s.dst]), (5, 2));
+        assert_eq!(&out[s.rows..s.rows + 3], &[3, 12, 15]);
+        assert_eq!(&out[s.vals..s.vals + 3], &[2, 3, -1]);
+        assert_eq!(l.len, s.vals + 4);
+    }
+
+    #[test]
+    fn pack_without_rows_or_tokens_skips_them() {
+        let plan = sample();
+        let mut out = vec![0i64; 64];
+        let l = plan.pack_into(&mut out, &[10, 10], false, false);
+        assert_eq!(l.tokens, (0, 0));
+        assert_eq!(l.pools[0].num_rows, 0);
+        assert_eq!(l.len, 4);
+    }
+
+    #[test]
+    fn pack_into_a_short_buffer_writes_nothing() {
+        let plan = sample();
+        let mut out = vec![-5i64; 3];
+        let l = plan.pack_into(&mut out, &[10, 10], true, true);
+        assert!(l.len > 3);
+        assert_eq!(out, vec![-5; 3]);
+    }
+}
