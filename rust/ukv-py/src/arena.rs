@@ -10,13 +10,23 @@ use pyo3::types::PyDict;
 use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec};
 
 use crate::convert::{borrowed_view, ids, to_numpy};
-use crate::errors::{raise, to_py};
+use crate::errors::{argument, raise, to_py};
 
 /// One sub-pool as Python declares it: (name, entry_bytes, page_size, "up"|"down", id_owner).
 type PoolTuple = (String, u64, u64, String, Option<usize>);
 
 /// A NumPy int64 array owned by Python.
 type Arr<'py> = Bound<'py, PyArray1<i64>>;
+
+/// `pack_plan`'s layout: (len, tokens_at, num_tokens, req_at, num_req, per-pool sections).
+type PackedTuple = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Vec<(usize, usize, usize, usize, usize, usize, usize)>,
+);
 
 /// Token ids of a token-level allocation, and (without host `last_loc`) the request column.
 type TokenResult<'py> = Option<(Bound<'py, PyArray1<i64>>, Option<Bound<'py, PyArray1<i64>>>)>;
@@ -397,6 +407,34 @@ impl PyArena {
         Ok(Some((to_numpy(py, &rows), to_numpy(py, &vals))))
     }
 
+    /// Write the last plan's payload into `out` (a writable int64 array, e.g. a slice of
+    /// pinned staging memory) as `Plan::pack_into` lays it out, and return the layout:
+    /// `(len, tokens_at, num_tokens, req_at, num_req, [(pool, src_at, dst_at, rows_at,
+    /// vals_at, num_moves, num_rows), ...])`. Nothing is written when `len > out.len()`.
+    #[pyo3(signature = (out, tokens=true, rows=true))]
+    fn pack_plan(
+        &self,
+        mut out: numpy::PyReadwriteArray1<'_, i64>,
+        tokens: bool,
+        rows: bool,
+    ) -> PyResult<PackedTuple> {
+        let out = out
+            .as_slice_mut()
+            .map_err(|_| argument("out", "a strided array", "must be contiguous"))?;
+        let lens: Vec<usize> = (0..self.inner.num_pools())
+            .map(|i| self.inner.pool(i).v2p().len())
+            .collect();
+        let l = self.inner.plan().pack_into(out, &lens, tokens, rows);
+        let pools = l
+            .pools
+            .iter()
+            .map(|s| (s.pool, s.src, s.dst, s.rows, s.vals, s.moves, s.num_rows))
+            .collect();
+        let (t, nt) = l.tokens;
+        let (r, nr) = l.token_req;
+        Ok((l.len, t, nt, r, nr, pools))
+    }
+
     /// Pools whose tables were rewritten whole by the last operation (`clear`).
     fn plan_resets(&self) -> Vec<usize> {
         let plan = self.inner.plan();
@@ -454,6 +492,12 @@ impl PyArena {
         self.call(|_| -> ukv_core::Result<()> {
             std::panic::panic_any("debug panic requested".to_string())
         })
+    }
+
+    /// Make every later call raise `PoolPoisonedError` with `why` (used by the Python
+    /// pool when executing a plan failed, so host tables and device bytes may disagree).
+    fn poison(&self, why: String) {
+        let _ = self.poisoned.set(why);
     }
 
     /// Whether an internal failure has made this arena refuse further calls.
