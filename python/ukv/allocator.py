@@ -13,13 +13,16 @@ updates) before returning. A call that raises has changed nothing.
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 from ukv import _convert
 from ukv.errors import ArgumentError
+from ukv.execution.deferred import Deferred
+from ukv.execution.fastpath import TranslateLauncher
 
 if TYPE_CHECKING:
     from ukv.pool import UnifiedKVPool
@@ -49,6 +52,7 @@ class SubPoolAllocator:
         self.is_id_owner: bool = info["id_owner"]
         self._tables = pool._tables[index]
         self._lock = pool._lock
+        self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
 
     # ----- tables ---------------------------------------------------------------------
 
@@ -74,12 +78,22 @@ class SubPoolAllocator:
     # ----- capacity -------------------------------------------------------------------
 
     def available_size(self) -> int:
-        """Tokens ``alloc`` can take right now without compacting anything."""
+        """Tokens ``alloc`` can take right now without compacting anything. Frees of
+        device ids count once their ids have landed (applied here, never waited for)."""
+        self._pool._check_usable()
+        if self._pool._deferred:
+            self._settle()
         return int(self._arena.available_pages(self._index)) * self.page_size
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._pool._settle()
 
     def schedulable_available_size(self) -> int:
         """Tokens ``alloc`` is guaranteed to get: also counts what an urgent flush of the
         neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds."""
+        if self._pool._deferred:
+            self._settle()
         return int(self._arena.schedulable_pages(self._index)) * self.page_size
 
     def allocated_count(self) -> int:
@@ -100,25 +114,37 @@ class SubPoolAllocator:
 
     # ----- allocation -----------------------------------------------------------------
 
-    def alloc(self, need_size: int) -> torch.Tensor | None:
+    def alloc(self, need_size: int, *, host: bool = False) -> torch.Tensor | None:
         """Allocate ``need_size`` tokens as whole pages.
 
         Args:
             need_size: Tokens to allocate; a multiple of ``page_size``.
+            host: Return the ids on the host (CPU) even for a CUDA pool: no device copy
+                at all, for engines that keep their id bookkeeping on the host.
 
         Returns:
             Tensor | None: virtual token ids, shape ``[need_size]``, int64, on the pool's
-            device (the CPU for ``meta`` pools), ascending inside each page; None when
-            they do not fit (nothing changes then).
+            device (the CPU for ``meta`` pools and with ``host=True``), ascending inside
+            each page; None when they do not fit (nothing changes then). Before
+            answering None, frees of device ids still in flight are applied (waiting
+            for them: the one case an allocation waits, counted in ``stats()``).
 
         Raises:
             ArgumentError: ``need_size`` negative, not an int, or not a page multiple.
         """
         n = _convert.count("need_size", need_size)
+        pool = self._pool
         with self._lock:
+            if pool._deferred:
+                pool._settle()
             ids = self._arena.alloc(self._index, n)
-            self._pool._apply_plan()
-        return None if ids is None else self._pool._ids_out(ids)
+            if ids is None and pool._deferred.frees(self._index):
+                pool._settle(wait=True)
+                ids = self._arena.alloc(self._index, n)
+            out = pool._execute(ids is not None and not host and pool._exec.returns_ids)
+        if ids is None:
+            return None
+        return out if out is not None else torch.from_numpy(ids)
 
     def alloc_extend(
         self,
@@ -128,6 +154,8 @@ class SubPoolAllocator:
         seq_lens_cpu: torch.Tensor,
         last_loc: torch.Tensor,
         extend_num_tokens: int,
+        *,
+        host: bool = False,
     ) -> torch.Tensor | None:
         """Allocate the new tokens of an extend batch, reusing each request's last page.
 
@@ -139,6 +167,7 @@ class SubPoolAllocator:
             last_loc: shape ``[B]``: virtual id of each request's last token (-1 when its
                 prefix is empty). On the CPU it is checked; on CUDA it is used on-device.
             extend_num_tokens: ``sum(seq_lens - prefix_lens)``.
+            host: Return host (CPU) ids, as for :meth:`alloc` (needs a CPU ``last_loc``).
 
         Returns:
             Tensor | None: shape ``[extend_num_tokens]`` int64 virtual ids, requests in
@@ -160,14 +189,18 @@ class SubPoolAllocator:
                 f"bad argument extend_num_tokens = {want}: sum(seq_lens - prefix_lens) is "
                 f"{int(seq.sum(dtype=np.int64) - pre.sum(dtype=np.int64))}"
             )
-        host_last, dev_last = self._split_last_loc(last_loc, len(pre))
-        with self._lock:
-            res = self._arena.alloc_extend(self._index, pre, seq, host_last)
-            self._pool._apply_plan()
-        return self._finish_tokens(res, dev_last)
+        host_last, dev_last = self._split_last_loc(last_loc, len(pre), host)
+        return self._alloc_tokens(
+            lambda: self._arena.alloc_extend(self._index, pre, seq, host_last), dev_last, host
+        )
 
     def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+        self,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        *,
+        host: bool = False,
     ) -> torch.Tensor | None:
         """Allocate one decode token per request (valid at every page size).
 
@@ -175,6 +208,7 @@ class SubPoolAllocator:
             seq_lens: shape ``[B]``; accepted for signature compatibility (unused).
             seq_lens_cpu: shape ``[B]`` on the CPU: lengths including the new token.
             last_loc: shape ``[B]``: virtual id of each request's last token.
+            host: Return host (CPU) ids, as for :meth:`alloc` (needs a CPU ``last_loc``).
 
         Returns:
             Tensor | None: shape ``[B]`` int64 virtual ids; None when the new pages do not fit.
@@ -185,14 +219,34 @@ class SubPoolAllocator:
         """
         del seq_lens
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
-        host_last, dev_last = self._split_last_loc(last_loc, len(seq))
+        host_last, dev_last = self._split_last_loc(last_loc, len(seq), host)
+        return self._alloc_tokens(
+            lambda: self._arena.alloc_decode(self._index, seq, host_last), dev_last, host
+        )
+
+    def _alloc_tokens(
+        self,
+        op: Callable[[], tuple[np.ndarray, np.ndarray | None] | None],
+        dev_last: torch.Tensor | None,
+        host: bool,
+    ) -> torch.Tensor | None:
+        """Run a token-level allocation and execute its plan (see :meth:`alloc`)."""
+        pool = self._pool
         with self._lock:
-            res = self._arena.alloc_decode(self._index, seq, host_last)
-            self._pool._apply_plan()
-        return self._finish_tokens(res, dev_last)
+            if pool._deferred:
+                pool._settle()
+            res = op()
+            if res is None and pool._deferred.frees(self._index):
+                pool._settle(wait=True)
+                res = op()
+            want = res is not None and not host and pool._exec.returns_ids
+            out = pool._execute(want, dev_last)
+        if res is None:
+            return None
+        return out if out is not None else self._finish_tokens(res, dev_last, host)
 
     def _split_last_loc(
-        self, last_loc: object, batch: int
+        self, last_loc: object, batch: int, host: bool
     ) -> tuple[np.ndarray | None, torch.Tensor | None]:
         if isinstance(last_loc, torch.Tensor) and last_loc.device.type == "cuda":
             if last_loc.dtype not in _convert.ID_DTYPES or last_loc.shape != (batch,):
@@ -200,16 +254,26 @@ class SubPoolAllocator:
                     f"bad argument last_loc: shape {tuple(last_loc.shape)} dtype {last_loc.dtype} "
                     f"must be ({batch},) int32/int64"
                 )
+            if not last_loc.is_contiguous():
+                raise ArgumentError(
+                    f"bad argument last_loc: stride {last_loc.stride()} must be contiguous"
+                )
+            if host:
+                raise ArgumentError(
+                    f"bad argument last_loc: on {last_loc.device} with host=True (host ids "
+                    "would need the device's last_loc read back; pass it on the CPU)"
+                )
             return None, last_loc
         return _convert.host_ids("last_loc", last_loc), None
 
     def _finish_tokens(
-        self, res: tuple[np.ndarray, np.ndarray | None] | None, dev_last: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        if res is None:
-            return None
+        self,
+        res: tuple[np.ndarray, np.ndarray | None],
+        dev_last: torch.Tensor | None,
+        host: bool,
+    ) -> torch.Tensor:
         tokens, req = res
-        out = self._pool._ids_out(tokens)
+        out = torch.from_numpy(tokens) if host else self._pool._ids_out(tokens)
         if req is not None and dev_last is not None:
             # Tokens continuing a partial page are last_loc[r] + k, finished on the device.
             req_t = self._pool._ids_out(req)
@@ -226,45 +290,78 @@ class SubPoolAllocator:
         lazy pools leave holes for ``flush``. Inside a free group the pages are queued.
 
         Args:
-            free_index: shape ``[N]`` int32/int64 virtual token ids (CPU, CUDA or NumPy; a
-                CUDA tensor is copied to the host first). Empty is a no-op.
+            free_index: shape ``[N]`` int32/int64 virtual token ids (CPU, CUDA or NumPy).
+                Host ids are applied at once. Ids on the pool's GPU are copied to pinned
+                memory asynchronously and applied by a later call once they have landed
+                (this call never waits for the GPU); their errors then come from that
+                call, or from ``pool.sync_frees()``. Empty is a no-op.
 
         Raises:
             InvalidIdError: a negative, reserved or out-of-range id.
             DoubleFreeError: an id that is not live, or repeated at page size 1.
             ArgumentError: wrong dtype, rank or contiguity.
         """
+        pool = self._pool
+        if type(free_index) is torch.Tensor and free_index.is_cuda and pool._ring is not None:
+            pool._free_device_ids(self._index, free_index)
+            return
         ids = _convert.host_ids("free_index", free_index)
         if ids.size == 0:
             return
         with self._lock:
+            if pool._deferred:
+                pool._settle()
             self._arena.free(self._index, ids)
-            self._pool._apply_plan()
+            pool._execute()
 
     def free_group_begin(self) -> None:
         """Queue frees until :meth:`free_group_end` (one compaction for the whole batch).
+        Behind frees of device ids still in flight, the boundary is queued with them.
 
         Raises:
             ArgumentError: a group is already open.
         """
-        with self._lock:
-            self._arena.free_group_begin(self._index)
+        self._group_boundary("group_begin")
 
     def free_group_end(self) -> None:
-        """Free everything queued since :meth:`free_group_begin` in one pass.
+        """Free everything queued since :meth:`free_group_begin` in one pass (queued
+        behind frees of device ids still in flight: it never waits for the GPU).
 
         Raises:
             ArgumentError: no group is open.
         """
+        self._group_boundary("group_end")
+
+    def _group_boundary(self, kind: Literal["group_begin", "group_end"]) -> None:
+        pool, i = self._pool, self._index
+        opening = kind == "group_begin"
         with self._lock:
-            self._arena.free_group_end(self._index)
-            self._pool._apply_plan()
+            if pool._deferred and pool._deferred.has_pool(i):
+                pool._check_usable()
+                if pool._group_open[i] == opening:
+                    state = "already open" if opening else "not open"
+                    raise ArgumentError(
+                        f"bad call {kind.replace('group', 'free_group')} on sub-pool "
+                        f"{self.name!r}: a free group is {state}"
+                    )
+                pool._deferred.push(Deferred(i, kind))
+            elif opening:
+                self._arena.free_group_begin(i)
+            else:
+                self._arena.free_group_end(i)
+                pool._execute()
+            pool._group_open[i] = opening
 
     def clear(self) -> None:
-        """Free every slot of this sub-pool (bytes are not zeroed)."""
+        """Free every slot of this sub-pool (bytes are not zeroed). Frees of device ids
+        still in flight are applied first (waiting for them if they must)."""
+        pool = self._pool
         with self._lock:
+            if pool._deferred:
+                pool._settle(wait=True)
             self._arena.clear(self._index)
-            self._pool._apply_plan()
+            pool._execute()
+            pool._group_open[self._index] = bool(self._arena.in_free_group(self._index))
 
     # ----- translation ----------------------------------------------------------------
 
@@ -287,6 +384,13 @@ class SubPoolAllocator:
         Raises:
             ArgumentError: wrong dtype, shape or device of ``ids`` or ``out``.
         """
+        if self._pool._poisoned is not None:
+            self._pool._check_usable()
+        fast = self._translate_fast
+        if fast is not None:
+            res = fast(ids, out)
+            if res is not None:
+                return res
         return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
 
     def __repr__(self) -> str:

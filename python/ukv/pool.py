@@ -39,7 +39,10 @@ from ukv import _core, layout, ops
 from ukv._convert import host_ids
 from ukv._tables import DeviceTables, to_device
 from ukv.allocator import SubPoolAllocator
-from ukv.errors import ArgumentError, PoolConfigError
+from ukv.errors import ArgumentError, PoolConfigError, PoolPoisonedError
+from ukv.execution import make_executor
+from ukv.execution.deferred import Deferred, DeferredQueue, LandingIds
+from ukv.execution.fastpath import StoreLauncher
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
 
 logger = logging.getLogger("ukv")
@@ -71,6 +74,11 @@ class PoolStats:
     reserved_floor_bytes: int
     free_gap_bytes: int
     sub_pools: tuple[SubPoolStats, ...]
+    inflight_frees: int = 0
+    """Frees of device ids queued until their ids land on the host."""
+    gpu_waits: int = 0
+    """Times a call had to wait for the GPU (an allocation needing in-flight frees, an
+    urgent flush, ``sync_frees``, or staging memory the device was still reading)."""
 
     @property
     def pages_moved(self) -> int:
@@ -140,27 +148,20 @@ class UnifiedKVPool:
         self._views = [self._build_views(s, info) for s, info in zip(self._specs, self._info)]
         # set_kv's validated views and launch geometry, per MHA sub-pool and layer (lazily).
         self._store_targets: dict[str, list[ops.StoreTarget]] = {}
+        self._store_fast: dict[str, list[StoreLauncher | None]] = {}
+        self._poisoned: str | None = None
+        self._exec = make_executor(self.raw, self._arena, self._tables, self._info, self._wait)
+        # Frees of device ids (and group boundaries behind them) not applied yet.
+        self._deferred = DeferredQueue(len(self._specs))
+        self._group_open = [False] * len(self._specs)
+        self._gpu_waits = 0
+        self._cuda_index = self.device.index if self.device.type == "cuda" else -1
+        self._ring = getattr(self._exec, "ring", None) if self.device.type == "cuda" else None
+        if self._ring is not None:
+            self._ring.on_reuse = self._settle_segment
         self._allocators = [SubPoolAllocator(self, i) for i in range(len(self._specs))]
-        # Host tables are live views: changed rows need no work unless a device mirrors them.
-        mirrored = any(t.mirrored for t in self._tables)
-        self._work_mask = PLAN_WAITS | PLAN_MOVES | PLAN_RESETS | (PLAN_ROWS if mirrored else 0)
-        # CPU pools move pages with NumPy indexing unless Triton's interpreter is on (tests).
-        self._use_triton = ops.use_triton(self.raw.device)
-        self._ids_on_host = self._tables[0].device.type == "cpu"
-        self._host_rows = (
-            None
-            if self._use_triton or self.device.type != "cpu"
-            else [
-                _as_records(
-                    layout.page_envelope_view(
-                        self.raw, int(i["page_bytes"]), int(i["num_pages"])
-                    ).numpy()
-                )
-                for i in self._info
-            ]
-        )
         self._events: dict[int, Any] = {}
-        self._write_locs: dict[int, torch.Tensor] = {}
+        self._write_locs: dict[int, LandingIds] = {}
         self._tokens = itertools.count(1)
         logger.info("%s", self.summary())
 
@@ -296,6 +297,19 @@ class UnifiedKVPool:
         Raises:
             ArgumentError: bad layer, shapes, dtypes or devices.
         """
+        if self._poisoned is not None:
+            self._check_usable()
+        fast = self._store_fast.get(name)
+        if (
+            fast is not None
+            and k_scale is None
+            and v_scale is None
+            and type(layer) is int
+            and 0 <= layer < len(fast)
+        ):
+            launcher = fast[layer]
+            if launcher is not None and launcher(loc, k, v):
+                return
         targets = self._store_targets.get(name)
         if targets is None:
             spec = self.spec(name)
@@ -303,6 +317,7 @@ class UnifiedKVPool:
             fp8 = spec.dtype if spec.store_dtype != spec.dtype else None  # type: ignore[attr-defined]
             targets = [ops.store_target(kl, vl, fp8) for kl, vl in zip(ks, vs)]
             self._store_targets[name] = targets
+            self._store_fast[name] = [StoreLauncher.for_target(t) for t in targets]
         if (
             isinstance(layer, bool)
             or not isinstance(layer, numbers.Integral)
@@ -369,38 +384,57 @@ class UnifiedKVPool:
         """Lazy mode's compaction pass on every sub-pool; 0 in eager mode.
 
         Non-urgent passes skip pages the in-flight forward writes and park vacated pages
-        until it completes; urgent passes wait for it and pack fully.
+        until it completes; urgent passes wait for it and pack fully. Every call also
+        retires completed forwards and applies frees of device ids that have landed (an
+        urgent pass applies them all, waiting if it must). A non-urgent pass whose
+        in-flight forward's ``out_cache_loc`` is still on its way from the GPU leaves
+        the KV sub-pools for the next pass rather than wait.
 
         Returns:
             int: page moves performed.
         """
-        if not self.lazy:
-            return 0
         with self._lock:
+            self._check_usable()
+            self._retire_locked()
+            if self._deferred:
+                self._settle(wait=bool(urgent))
+            if not self.lazy:
+                return 0
             return self._flush_locked(bool(urgent))
 
     def _flush_locked(self, urgent: bool) -> int:
-        self._retire_locked()
         latest = self._arena.latest_token()
-        loc = self._write_locs.get(latest) if latest is not None else None
-        if loc is not None and not urgent:
-            host = host_ids("out_cache_loc", loc)
-            for i, spec in enumerate(self._specs):
-                if spec.is_paged:
-                    self._arena.set_inflight_writes(i, latest, host)
-            self._write_locs.pop(latest, None)
-        moves = int(self._arena.flush(urgent))
-        self._apply_plan()
+        writes = self._write_locs.get(latest) if latest is not None else None
+        blocked = False
+        if writes is not None and not urgent:
+            if writes.landed():
+                host = writes.take()
+                for i, spec in enumerate(self._specs):
+                    if spec.is_paged:
+                        self._arena.set_inflight_writes(i, latest, host)
+                del self._write_locs[latest]
+            else:
+                blocked = True
+        if not blocked:
+            moves = int(self._arena.flush(urgent))
+            self._execute()
+            return moves
+        moves = 0
+        for i, spec in enumerate(self._specs):
+            if not spec.is_paged:
+                moves += int(self._arena.flush_pool(i, urgent))
+                self._execute()
         return moves
 
     def set_inflight_forward(self, event: Any, out_cache_loc: torch.Tensor | None = None) -> None:
         """Report a forward just launched: ``event`` completes when it ends (an object with
         ``query() -> bool``, e.g. ``torch.cuda.Event``), and it writes KV at the virtual
-        tokens ``out_cache_loc`` of every KV sub-pool. Only references are stored."""
+        tokens ``out_cache_loc`` of every KV sub-pool. Ids on the GPU are copied to the
+        host asynchronously (never waited for). Completed forwards are retired by
+        ``flush`` (in both modes) and ``retire_completed``."""
         if not hasattr(event, "query"):
             raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
         if out_cache_loc is not None:
-            # Metadata only (no device read): the ids themselves are read at the next flush.
             if not isinstance(out_cache_loc, torch.Tensor):
                 raise ArgumentError(
                     f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
@@ -417,11 +451,17 @@ class UnifiedKVPool:
                     f"{out_cache_loc.device} must be contiguous and hold ids"
                 )
         with self._lock:
+            self._check_usable()
             token = next(self._tokens)
             self._events[token] = event
             if out_cache_loc is not None:
-                self._write_locs[token] = out_cache_loc
+                self._write_locs[token] = self._landing(out_cache_loc)
             self._arena.set_latest_token(token)
+
+    def _landing(self, ids: torch.Tensor) -> LandingIds:
+        if ids.is_cuda and self._ring is not None:
+            return LandingIds.stage(self._ring, ids)
+        return LandingIds.ready(host_ids("out_cache_loc", ids))
 
     def retire_completed(self) -> None:
         """Release what completed forwards were holding (pending pages, write blockers)."""
@@ -429,62 +469,42 @@ class UnifiedKVPool:
             self._retire_locked()
 
     def _retire_locked(self) -> None:
+        if not self._events:
+            return
         for token, event in list(self._events.items()):
             if event.query():
                 self._arena.retire_token(token)
                 del self._events[token]
-                self._write_locs.pop(token, None)
+                landing = self._write_locs.pop(token, None)
+                if landing is not None:
+                    landing.release()
 
     # ----- plan execution --------------------------------------------------------------------
 
-    def _apply_plan(self) -> None:
-        """Execute the arena's last plan: waits, page moves, table updates."""
-        flags = self._arena.plan_flags()
-        if not flags & self._work_mask:
-            return
-        if flags & PLAN_WAITS:
-            self._wait(self._arena.plan_waits())
-        if flags & PLAN_RESETS:
-            for i in self._arena.plan_resets():
-                self._tables[i].reupload()
-        if self.device.type == "meta":
-            return
-        moves = self._arena.plan_moves() if flags & PLAN_MOVES else []
-        if self._host_rows is not None:
-            # CPU without Triton: NumPy fancy indexing on a view of the same memory (the
-            # right side is materialised first, as the move contract requires).
-            for i, src, dst in moves:
-                rows = self._host_rows[i]
-                rows[dst] = rows[src]
-            return
-        self._launch_plan(moves, bool(flags & PLAN_ROWS))
+    def _execute(self, want_ids: bool = False, last: torch.Tensor | None = None) -> Any:
+        """Execute the arena's last plan; a failure poisons the pool (see :meth:`_poison`).
 
-    def _launch_plan(self, moves: list[tuple[int, np.ndarray, np.ndarray]], rows: bool) -> None:
-        """Per sub-pool with work: one host-to-device copy of everything the plan needs,
-        then one launch (the move kernel with the table scatter fused in, or a plain
-        scatter when only table rows changed)."""
-        by_pool = {i: (src, dst) for i, src, dst in moves}
-        for i, tables in enumerate(self._tables):
-            upd = self._arena.plan_table_updates(i) if rows and tables.mirrored else None
-            if i not in by_pool and upd is None:
-                continue
-            src, dst = by_pool.get(i, (_EMPTY, _EMPTY))
-            tab_idx, tab_val = upd if upd is not None else (_EMPTY, _EMPTY)
-            sizes = [len(src), len(dst), len(tab_idx), len(tab_val)]
-            packed = to_device(np.concatenate([src, dst, tab_idx, tab_val]), self.device)
-            d_src, d_dst, d_idx, d_val = torch.split(packed, sizes)
-            if len(src) == 0 and tables.both is not None:
-                tables.both.index_copy_(0, d_idx, d_val)
-                continue
-            ops.move_pages(
-                self.raw,
-                int(self._info[i]["page_bytes"]),
-                d_src,
-                d_dst,
-                tables=tables.both if upd is not None else None,
-                tab_idx=d_idx if upd is not None else None,
-                tab_val=d_val if upd is not None else None,
-            )
+        Returns the allocation's ids on the pool's device when ``want_ids`` and the
+        executor writes them (CUDA), else None (the caller wraps the host array).
+        """
+        try:
+            if self._cuda_index >= 0 and torch._C._cuda_getDevice() != self._cuda_index:
+                with torch.cuda.device(self._cuda_index):
+                    return self._exec.run(want_ids, last)
+            return self._exec.run(want_ids, last)
+        except BaseException as exc:  # any failure: tables and bytes may now disagree
+            raise self._poison(f"executing a plan failed: {exc!r}") from exc
+
+    def _poison(self, why: str) -> PoolPoisonedError:
+        """Refuse every later call: the core's tables may no longer match the device."""
+        self._poisoned = why
+        self._arena.poison(why)
+        logger.error("ukv pool poisoned: %s", why)
+        return PoolPoisonedError(f"the pool is unusable: {why}")
+
+    def _check_usable(self) -> None:
+        if self._poisoned is not None:
+            raise PoolPoisonedError(f"the pool is unusable: {self._poisoned}")
 
     def _wait(self, tokens: list[int]) -> None:
         for token in tokens:
@@ -497,15 +517,89 @@ class UnifiedKVPool:
                 event.synchronize()
 
     def _ids_out(self, ids: np.ndarray) -> torch.Tensor:
-        if self._ids_on_host:
+        """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
+        if self._tables[0].device.type == "cpu":
             return torch.from_numpy(ids)
         return to_device(ids, self._tables[0].device)
+
+    # ----- frees of device ids ----------------------------------------------------------------
+
+    def _free_device_ids(self, index: int, ids: torch.Tensor) -> None:
+        """Queue a free of ids on the pool's GPU: an async copy to pinned memory, applied
+        once it has landed (API.md §4). Checks what it can without reading the ids."""
+        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+            raise ArgumentError(
+                f"bad argument free_index: dtype {ids.dtype} shape {tuple(ids.shape)} must be "
+                "1-D int32/int64"
+            )
+        if not ids.is_contiguous():
+            raise ArgumentError(
+                f"bad argument free_index: stride {ids.stride()} must be contiguous"
+            )
+        if ids.get_device() != self._cuda_index:
+            raise ArgumentError(
+                f"bad argument free_index: device {ids.device} is not the pool's {self.device}"
+            )
+        n = ids.numel()
+        if n == 0:
+            return
+        ring = self._ring
+        assert ring is not None
+        with self._lock:
+            self._check_usable()
+            landing = LandingIds.stage(ring, ids)
+            self._deferred.push(Deferred(index, "free", landing))
+
+    def _settle(self, wait: bool = False) -> None:
+        """Apply queued device-id frees whose ids have landed, in call order; with
+        ``wait``, all of them (waiting for the GPU if it must, counted in stats)."""
+        q = self._deferred
+        while (entry := q.head()) is not None:
+            if not entry.landed():
+                if not wait:
+                    return
+                self._gpu_waits += 1
+                entry.wait()
+            q.pop()
+            self._apply_deferred(entry)
+
+    def _apply_deferred(self, entry: Deferred) -> None:
+        i = entry.pool
+        if entry.kind == "group_begin":
+            self._arena.free_group_begin(i)
+        elif entry.kind == "group_end":
+            self._arena.free_group_end(i)
+        else:
+            assert entry.landing is not None
+            ids = entry.landing.take()
+            self._arena.free(i, ids)
+        self._execute()
+
+    def _settle_segment(self, seg: int) -> None:
+        """The staging ring needs segment ``seg`` back: the queued frees and write sets
+        landing there keep private copies of their ids (waiting if still in flight)."""
+        writes = [w for w in self._write_locs.values() if w.segment == seg]
+        for landing in self._deferred.in_segment(seg) + writes:
+            if not landing.landed():
+                self._gpu_waits += 1
+            landing.detach()
+
+    def sync_frees(self) -> None:
+        """Apply every free of device ids still in flight now, waiting for the GPU if it
+        must. Errors of those frees (``DoubleFreeError``, ``InvalidIdError``) surface here."""
+        with self._lock:
+            self._settle(wait=True)
 
     # ----- checks and stats -----------------------------------------------------------------
 
     def stats(self) -> PoolStats:
-        """Bytes used per side, the free gap, holes, pending pages, moves so far."""
+        """Bytes used per side, the free gap, holes, pending pages, moves so far, frees
+        still in flight from the device and waits for the GPU. Applies frees of device
+        ids that have landed first (never waits)."""
         with self._lock:  # one consistent snapshot, not fields of different moments
+            self._check_usable()
+            if self._deferred:
+                self._settle()
             return self._stats_locked()
 
     def _stats_locked(self) -> PoolStats:
@@ -532,6 +626,8 @@ class UnifiedKVPool:
             reserved_floor_bytes=self.reserved_floor,
             free_gap_bytes=int(self._arena.gap_bytes(0)),
             sub_pools=tuple(subs),
+            inflight_frees=self._deferred.frees(),
+            gpu_waits=self._gpu_waits + (self._ring.waits if self._ring is not None else 0),
         )
 
     def check_invariants(self) -> None:
@@ -563,11 +659,6 @@ class UnifiedKVPool:
 
     def __repr__(self) -> str:
         return f"UnifiedKVPool({self.summary()})"
-
-
-_EMPTY = np.empty(0, dtype=np.int64)
-# Bits of ``Arena.plan_flags()``.
-PLAN_WAITS, PLAN_MOVES, PLAN_RESETS, PLAN_ROWS = 1, 2, 4, 8
 
 
 def _token_gather(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
@@ -604,6 +695,12 @@ def _device(device: str | torch.device) -> torch.device:
         raise PoolConfigError(f"invalid device = {device!r}: must be cuda, cpu or meta")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise PoolConfigError(f"invalid device = {device!r}: CUDA is not available")
+    if dev.type == "cuda":
+        # Pinned at construction: a later torch.cuda.set_device elsewhere changes nothing.
+        index = torch.cuda.current_device() if dev.index is None else dev.index
+        if not 0 <= index < torch.cuda.device_count():
+            raise PoolConfigError(f"invalid device = {device!r}: no CUDA device {index}")
+        dev = torch.device("cuda", index)
     return dev
 
 
@@ -625,12 +722,3 @@ def _buffer(total_bytes: int, device: torch.device) -> torch.Tensor:
     if device.type == "meta":
         return torch.empty(total_bytes, dtype=torch.uint8, device=device)
     return torch.zeros(total_bytes, dtype=torch.uint8, device=device)
-
-
-def _as_records(rows: np.ndarray) -> np.ndarray:
-    """``(num_pages, page_bytes)`` uint8 rows as a 1-D array of ``page_bytes``-sized
-    records over the same memory: NumPy's fancy indexing then copies a whole page per
-    element, about twice as fast for small pages as indexing uint8 rows."""
-    if not rows.flags.c_contiguous:
-        return rows
-    return rows.view(np.dtype((np.void, rows.shape[1]))).reshape(rows.shape[0])

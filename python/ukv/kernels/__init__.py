@@ -6,6 +6,7 @@ plain gather/scatter over a strided view of the pool's one ``uint8`` buffer:
 - :mod:`.store_kv` writes new K/V rows at physical token ids (page-major views).
 - :mod:`.move_pages` copies whole page envelopes as wide words, one launch per move
   plan, optionally updating the allocator's v2p/p2v tables in the same launch.
+- :mod:`.plan` executes a packed plan (moves, table rows, returned ids) in one launch.
 - :mod:`.state` zeroes Mamba state slots (slot copies reuse the page-move kernel).
 - :mod:`.translate` maps virtual token ids to physical ones through a v2p table.
 
@@ -14,6 +15,6 @@ The validating wrappers, the grid computation and the pure-torch references live
 shipped inside the wheel as ``ukv.kernels``, so modules here use relative imports only.
 """
 
-from . import move_pages, state, store_kv, translate
+from . import move_pages, plan, state, store_kv, translate
 
-__all__ = ["move_pages", "state", "store_kv", "translate"]
+__all__ = ["move_pages", "plan", "state", "store_kv", "translate"]

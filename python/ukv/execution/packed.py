@@ -1,0 +1,211 @@
+"""The CUDA executor: one staging write by the core and one launch per sub-pool with work.
+
+After an operation the core writes the plan's whole payload (the ids it returns, page
+pairs, changed ``[v2p | p2v]`` rows) into the pool's pinned staging ring
+(``Arena.pack_plan``), and :func:`ukv.kernels.plan.apply_plan_kernel` reads it from
+there: no host-to-device copy, no per-call pinned allocation, and a trusted launch that
+skips the user-facing checks (the core made the plan; the pool made the views). A
+plan touching one sub-pool, the common case, is one launch; the returned ids are
+written by that same launch into a fresh device tensor.
+
+The same executor runs on a CPU pool when Triton's interpreter is on (that is how the
+CPU tests hold the CUDA path to the NumPy one): the ring is then plain memory and the
+kernel gets tensor views instead of raw addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from ukv import ops
+from ukv.execution.base import PLAN_ROWS, Executor
+from ukv.execution.launch import DirectKernel
+from ukv.execution.ring import StagingRing, device_address
+
+if TYPE_CHECKING:
+    from ukv import _core
+    from ukv._tables import DeviceTables
+
+try:
+    from ukv.kernels import plan as _plan_k
+except ImportError:  # pragma: no cover - Triton is Linux-only
+    _plan_k = None  # type: ignore[assignment]
+
+BLOCK = ops.TABLE_BLOCK
+"""Table rows or returned ids per program."""
+
+
+class _Geometry(NamedTuple):
+    """One sub-pool's launch constants, fixed for the pool's lifetime."""
+
+    words: torch.Tensor
+    words_addr: int
+    page_words: int
+    num_pages: int
+    block: int
+    tiles: int
+    chunks: int
+    table: torch.Tensor
+    table_addr: int
+    table_len: int
+
+
+class PackedExecutor(Executor):
+    """Executes plans from a staging ring with one launch per sub-pool with work."""
+
+    returns_ids = True
+
+    def __init__(
+        self,
+        arena: _core.Arena,
+        tables: list[DeviceTables],
+        wait: Callable[[list[int]], None],
+        work_mask: int,
+        raw: torch.Tensor,
+        infos: list[dict],
+    ) -> None:
+        super().__init__(arena, tables, wait, work_mask)
+        self.device = raw.device
+        self.index = raw.device.index if raw.device.type == "cuda" else -1
+        self.ring = StagingRing(raw.device)
+        self.kernel = DirectKernel(_plan_k.apply_plan_kernel, ops.MOVE_NUM_WARPS)
+        self.direct = self.kernel.direct and raw.device.type == "cuda"
+        # Host tables are the core's memory on a CPU pool: only device mirrors take rows.
+        self.rows = bool(work_mask & PLAN_ROWS)
+        # Stand-in target for pointer arguments a launch does not use (never written).
+        self._scratch = torch.zeros(2, dtype=torch.int64, device=raw.device)
+        self._geo = [self._geometry(raw, t, i) for t, i in zip(tables, infos)]
+
+    def _geometry(self, raw: torch.Tensor, tables: DeviceTables, info: dict) -> _Geometry:
+        page_bytes = int(info["page_bytes"])
+        word = ops._word_dtype(raw, page_bytes)
+        words = ops._unit_rows(raw, page_bytes).view(-1).view(word)
+        page_words = page_bytes // word.itemsize
+        block, tiles, chunks = ops._envelope_tiling(page_words, word.itemsize)
+        table = tables.both if tables.both is not None else self._scratch
+        return _Geometry(
+            words,
+            words.data_ptr(),
+            page_words,
+            raw.numel() // page_bytes,
+            block,
+            tiles,
+            chunks,
+            table,
+            table.data_ptr(),
+            table.numel() if tables.both is not None else 0,
+        )
+
+    def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Execute the last plan.
+
+        Args:
+            want_ids: Return the allocation's ids as a new tensor on the pool's device.
+            last: ``last_loc`` on the device, for ids the core left relative to it.
+
+        Returns:
+            The ids (shape ``[N]``, int64) when ``want_ids``, else None.
+        """
+        arena = self.arena
+        flags = arena.plan_flags()
+        if not flags & self.work_mask and not want_ids:
+            return None
+        self.prologue(flags)
+        ring = self.ring
+        base, at, view = ring.tensor, *ring.window()
+        layout = arena.pack_plan(view, want_ids, self.rows)
+        if layout[0] > len(view):
+            if layout[0] <= ring.seg_len:
+                ring.next_segment()
+                at, view = ring.window()
+            else:
+                base, view = ring.big(layout[0])
+                at = 0
+                ring.keep(base)
+            layout = arena.pack_plan(view, want_ids, self.rows)
+        if base is ring.tensor:
+            ring.commit(layout[0])
+        out = torch.empty(layout[2], dtype=torch.int64, device=self.device) if want_ids else None
+        sections = layout[5]
+        if not sections:
+            if layout[2]:
+                self._launch(base, at, None, layout, out, last)
+            return out
+        for n, section in enumerate(sections):
+            self._launch(base, at, section, layout if n == 0 else None, out, last)
+        return out
+
+    def _launch(
+        self,
+        base: torch.Tensor,
+        at: int,
+        section: tuple[int, int, int, int, int, int, int] | None,
+        layout: tuple[Any, ...] | None,
+        out: torch.Tensor | None,
+        last: torch.Tensor | None,
+    ) -> None:
+        """One launch: a sub-pool's moves and rows, plus the returned ids if ``layout``."""
+        pool, src, dst, rows, vals, moves, num_rows = section or (0, 0, 0, 0, 0, 0, 0)
+        g = self._geo[pool]
+        num_tokens = layout[2] if layout is not None and out is not None else 0
+        tok, req = (layout[1], layout[3]) if layout is not None else (0, 0)
+        has_req = bool(num_tokens and layout is not None and layout[4] and last is not None)
+        tab_blocks = -(-num_rows // BLOCK)
+        grid = (moves + tab_blocks + -(-num_tokens // BLOCK), g.chunks if moves else 1)
+        last_t = last if has_req else self._scratch
+        assert last_t is not None
+        out_t = out if num_tokens else self._scratch
+        assert out_t is not None
+        ints = (moves, g.page_words, g.num_pages, num_rows, g.table_len, num_tokens, tab_blocks)
+        stride = last_t.stride(0)
+        constexprs = {
+            "BLOCK": g.block,
+            "TILES": g.tiles,
+            "TAB_BLOCK": BLOCK,
+            "HAS_TOKENS": num_tokens > 0,
+            "HAS_REQ": has_req,
+        }
+        key = (pool, num_tokens > 0, has_req, last_t.dtype, last_t.data_ptr() % 16, stride)
+        if self.direct:
+            addr = self._addr(base) + 8 * at
+            args = (
+                g.words_addr,
+                addr + 8 * src,
+                addr + 8 * dst,
+                g.table_addr,
+                addr + 8 * rows,
+                addr + 8 * vals,
+                addr + 8 * tok,
+                addr + 8 * req,
+                last_t.data_ptr(),
+                out_t.data_ptr(),
+                *ints,
+                stride,
+            )
+        else:
+            args = ()
+
+        def jit_args() -> tuple[Any, ...]:
+            view = base[at:]
+            return (
+                g.words,
+                view[src:],
+                view[dst:],
+                g.table,
+                view[rows:],
+                view[vals:],
+                view[tok:],
+                view[req:],
+                last_t,
+                out_t,
+                *ints,
+                stride,
+            )
+
+        self.kernel.launch(grid, self.index, key, args, jit_args, constexprs)
+
+    def _addr(self, base: torch.Tensor) -> int:
+        return self.ring.addr if base is self.ring.tensor else device_address(base)

@@ -1,0 +1,301 @@
+"""The plan-execution layer: executors per device, packed plans, deferred frees of device
+ids, poisoning on a failed plan, and (on a GPU) calls that never wait for the device.
+
+The CPU tests drive the deferred-free machinery with stand-in events, so the order,
+group and error rules of frees of device ids are held on every machine; the GPU tests
+(marked ``gpu``) check the same on a real stream with a kernel queued in front.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import ukv
+from ukv.execution import HostExecutor, MetaExecutor, PackedExecutor
+from ukv.execution.deferred import Deferred, LandingIds
+
+
+def _specs() -> list[ukv.Spec]:
+    return [
+        ukv.MHASpec("full", layer_num=2, head_num=2, head_dim=4, dtype=torch.float16, grow="up"),
+        ukv.MambaSpec("mamba", 2, ((4, 3),), torch.float32, (2, 2, 2), torch.float32, grow="down"),
+    ]
+
+
+def _pool(device: str = "cpu", **kw) -> ukv.UnifiedKVPool:
+    return ukv.UnifiedKVPool(64 * 64 + 16 * 160, _specs(), device=device, **kw)
+
+
+class StandInEvent:
+    """An event whose completion the test decides; counts synchronize() calls."""
+
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+        self.syncs = 0
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        self.done = True
+
+
+def _queue_free(pool: ukv.UnifiedKVPool, name: str, ids, event: StandInEvent) -> None:
+    """Queue a free the way a free of device ids is queued, with a stand-in event."""
+    host = np.asarray(ids.cpu().numpy(), dtype=np.int64)
+    pool._deferred.push(Deferred(pool._idx(name), "free", LandingIds(host, event)))
+
+
+# ----- executors and packed plans ---------------------------------------------------------
+
+
+def test_each_device_gets_its_executor(monkeypatch) -> None:
+    assert isinstance(_pool("meta")._exec, MetaExecutor)
+    expected = PackedExecutor if os.environ.get("TRITON_INTERPRET") == "1" else HostExecutor
+    assert isinstance(_pool("cpu")._exec, expected)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert isinstance(_pool("cpu")._exec, HostExecutor)
+
+
+def test_pack_plan_writes_the_ids_and_rows_the_core_returned() -> None:
+    arena = ukv._core.Arena(1 << 16, [("a", 64, 1, "up", None), ("b", 160, 1, "down", None)])
+    ids = arena.alloc(0, 5)
+    out = np.full(256, -7, dtype=np.int64)
+    length, tok_at, num_tok, req_at, num_req, sections = arena.pack_plan(out, True, True)
+    assert num_tok == 5 and num_req == 0
+    np.testing.assert_array_equal(out[tok_at : tok_at + 5], ids)
+    ((pool, src, dst, rows, vals, moves, num_rows),) = sections
+    assert pool == 0 and moves == 0 and num_rows > 0
+    v2p_len = len(arena.v2p(0))
+    both = np.concatenate([arena.v2p(0), arena.p2v(0)])
+    np.testing.assert_array_equal(both[out[rows : rows + num_rows]], out[vals : vals + num_rows])
+    assert all(o % 2 == 0 for o in (tok_at, req_at, src, dst, rows, vals)), "16-byte sections"
+    assert length <= 256 and v2p_len > 0
+    short = np.full(2, -7, dtype=np.int64)
+    assert arena.pack_plan(short, True, True)[0] == length
+    assert (short == -7).all(), "a buffer too short is left untouched"
+
+
+def test_alloc_host_returns_cpu_ids() -> None:
+    pool = _pool()
+    ids = pool.allocator("full").alloc(3, host=True)
+    assert ids is not None and ids.device.type == "cpu" and ids.dtype == torch.int64
+    assert all(pool.allocator("full").is_slot_allocated(int(t)) for t in ids)
+
+
+# ----- deferred frees (stand-in events) ----------------------------------------------------
+
+
+def test_deferred_free_applies_once_landed_and_in_order() -> None:
+    pool = _pool()
+    fa = pool.allocator("full")
+    a, b = fa.alloc(2), fa.alloc(2)
+    ev_a, ev_b = StandInEvent(), StandInEvent(done=True)
+    _queue_free(pool, "full", a, ev_a)
+    _queue_free(pool, "full", b, ev_b)
+    before = fa.available_size()
+    assert pool.stats().inflight_frees == 2, "b has landed but waits behind a (call order)"
+    assert fa.available_size() == before
+    ev_a.done = True
+    assert fa.available_size() == before + 4
+    assert pool.stats().inflight_frees == 0 and pool.stats().gpu_waits == 0
+    pool.check_invariants()
+
+
+def test_alloc_that_needs_inflight_pages_waits_and_counts_it() -> None:
+    pool = _pool()
+    fa = pool.allocator("full")
+    ids = fa.alloc(fa.available_size())
+    assert ids is not None and fa.available_size() == 0
+    ev = StandInEvent()
+    _queue_free(pool, "full", ids[:4], ev)
+    got = fa.alloc(4)
+    assert got is not None and ev.syncs == 1
+    assert pool.stats().gpu_waits == 1
+
+
+def test_error_of_a_deferred_free_surfaces_at_the_applying_call() -> None:
+    pool = _pool()
+    fa = pool.allocator("full")
+    ids = fa.alloc(2)
+    fa.free(ids)
+    state = pool._arena.pool_state(0)
+    _queue_free(pool, "full", ids, StandInEvent(done=True))
+    with pytest.raises(ukv.DoubleFreeError):
+        pool.sync_frees()
+    assert pool._arena.pool_state(0) == state, "the failing free changed nothing"
+    assert pool.stats().inflight_frees == 0
+    pool.check_invariants()
+
+
+def test_group_boundaries_queue_behind_inflight_frees() -> None:
+    pool = _pool(lazy=False)
+    fa = pool.allocator("full")
+    ids = fa.alloc(4)
+    fa.free_group_begin()
+    ev = StandInEvent()
+    _queue_free(pool, "full", ids[:2], ev)
+    fa.free_group_end()  # queued: the free inside the group has not landed
+    assert pool._arena.in_free_group(0), "the core group stays open until the free lands"
+    with pytest.raises(ukv.ArgumentError, match="full"):
+        fa.free_group_end()
+    ev.done = True
+    pool.stats()
+    assert not pool._arena.in_free_group(0)
+    assert fa.allocated_count() == 2
+    pool.check_invariants()
+
+
+def test_clear_applies_inflight_frees_first() -> None:
+    pool = _pool()
+    fa = pool.allocator("full")
+    ids = fa.alloc(4)
+    ev = StandInEvent()
+    _queue_free(pool, "full", ids, ev)
+    fa.clear()
+    assert ev.syncs == 1 and fa.allocated_count() == 0
+    assert pool.stats().inflight_frees == 0
+
+
+# ----- poisoning ---------------------------------------------------------------------------
+
+
+def test_a_failing_plan_poisons_the_pool(monkeypatch) -> None:
+    pool = _pool()
+    fa = pool.allocator("full")
+    ids = fa.alloc(4)
+
+    def broken(*_a, **_k):
+        raise RuntimeError("injected launch failure")
+
+    monkeypatch.setattr(pool._exec, "run", broken)
+    with pytest.raises(ukv.PoolPoisonedError, match="injected launch failure"):
+        fa.free(ids[:1])
+    monkeypatch.undo()
+    for call in (
+        lambda: fa.alloc(1),
+        lambda: fa.free(ids[1:2]),
+        lambda: pool.flush(),
+        lambda: pool.stats(),
+        lambda: fa.available_size(),
+        lambda: fa.translate_kv_loc(ids),
+        lambda: pool.set_kv("full", 0, ids[:1], torch.ones(1, 2, 4), torch.ones(1, 2, 4)),
+    ):
+        with pytest.raises(ukv.PoolPoisonedError):
+            call()
+
+
+# ----- GPU: no call waits for the device ----------------------------------------------------
+
+SLEEP_CYCLES = 40_000_000  # about 20 ms on an H200
+NO_WAIT_S = 1e-3
+
+
+def _timed(fn):
+    torch.cuda._sleep(SLEEP_CYCLES)
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lazy", [False, True])
+def test_no_call_waits_for_the_gpu(lazy: bool) -> None:
+    specs = [
+        ukv.MHASpec("full", 2, 4, 64, torch.bfloat16, grow="up"),
+        ukv.MambaSpec("mamba", 2, ((64, 3),), torch.bfloat16, (4, 16, 16), torch.float32, "down"),
+    ]
+    pool = ukv.UnifiedKVPool(64 << 20, specs, page_size=16, device="cuda", lazy=lazy)
+    fa, ma = pool.allocator("full"), pool.allocator("mamba")
+    live = [fa.alloc(64) for _ in range(16)]
+    slots = ma.alloc(8)
+    k = torch.randn(64, 4, 64, device="cuda", dtype=torch.bfloat16)
+    conv, _ = pool.state_views("mamba")
+    torch.cuda.synchronize()
+    seq = torch.tensor([80, 33], dtype=torch.int64)
+    pre = torch.tensor([64, 0], dtype=torch.int64)
+    last = torch.stack([live[0][-1], torch.tensor(-1, device="cuda")])
+    calls = {
+        "alloc": lambda: fa.alloc(16),
+        "alloc host": lambda: fa.alloc(16, host=True),
+        "alloc_extend": lambda: fa.alloc_extend(pre, pre, seq, seq, last, 49),
+        "alloc_decode": lambda: fa.alloc_decode(seq, seq, last),
+        "free host ids": lambda: fa.free(live.pop().cpu()),
+        "free device ids": lambda: fa.free(live.pop()),
+        "free_group": lambda: (fa.free_group_begin(), fa.free(live.pop()), fa.free_group_end()),
+        "flush": lambda: pool.flush(),
+        "translate": lambda: fa.translate_kv_loc(live[0]),
+        "set_kv": lambda: pool.set_kv("full", 1, fa.translate_kv_loc(live[1]), k, k),
+        "state copy": lambda: ukv.ops.copy_slots(
+            pool.raw, ma.page_bytes, ma.translate_kv_loc(slots[:2]), ma.translate_kv_loc(slots[2:4])
+        ),
+        "available_size": fa.available_size,
+        "stats": pool.stats,
+    }
+    # "free host ids" pays its own .cpu() before the timer: time only the free itself.
+    host_ids = live.pop().cpu()
+    torch.cuda.synchronize()
+    calls["free host ids"] = lambda: fa.free(host_ids)
+    for name, fn in calls.items():
+        fn()  # warm: compile kernels, fill caches
+        torch.cuda.synchronize()
+        live.extend([fa.alloc(16), fa.alloc(16)])
+        torch.cuda.synchronize()
+        if name == "free host ids":
+            host_ids = fa.alloc(16).cpu()
+            torch.cuda.synchronize()
+        took, _ = _timed(fn)
+        assert took < NO_WAIT_S, f"{name} took {took * 1e3:.2f} ms behind a queued kernel"
+    pool.sync_frees()
+    pool.check_invariants()
+    assert pool.stats().inflight_frees == 0
+
+
+@pytest.mark.gpu
+def test_device_frees_keep_every_byte() -> None:
+    """Allocate, stamp, free device ids while kernels are queued; every survivor's bytes
+    read back intact once all frees have landed."""
+    specs = [
+        ukv.MHASpec("full", 2, 2, 32, torch.float32, grow="down"),
+        ukv.MambaSpec("mamba", 1, ((8, 3),), torch.float32, (2, 4, 4), torch.float32, "up"),
+    ]
+    pool = ukv.UnifiedKVPool(8 << 20, specs, page_size=4, device="cuda")
+    fa = pool.allocator("full")
+    rng = np.random.default_rng(7)
+    live: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for step in range(2000):
+        if rng.random() < 0.55 or not live:
+            ids = fa.alloc(4 * int(rng.integers(1, 4)))
+            if ids is None:
+                continue
+            data = torch.full((len(ids), 2, 32), float(step), device="cuda")
+            for layer in range(2):
+                pool.set_kv("full", layer, fa.translate_kv_loc(ids), data, data)
+            live.append((ids, data))
+        else:
+            ids, _ = live.pop(int(rng.integers(len(live))))
+            if step % 97 == 0:
+                torch.cuda._sleep(2_000_000)
+            fa.free(ids)
+    pool.sync_frees()
+    pool.check_invariants()
+    ks, vs = pool.kv_views("full")
+    for ids, data in live:
+        phys = fa.translate_kv_loc(ids)
+        for layer in range(2):
+            assert torch.equal(ks[layer][phys // 4, phys % 4], data)
+            assert torch.equal(vs[layer][phys // 4, phys % 4], data)
+    assert pool.stats().pages_moved > 0
+
+
+@pytest.mark.gpu
+def test_cuda_pool_pins_its_device_index() -> None:
+    pool = _pool("cuda")
+    assert pool.device.index == torch.cuda.current_device()
+    assert pool.allocator("full").alloc(2).device == pool.device
