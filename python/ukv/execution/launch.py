@@ -5,8 +5,9 @@ argument (dtype, 16-byte alignment, "equals 1") to find the compiled kernel; on 
 host that is about 9 of the 14 µs a small launch costs (``benches/results/probe-h200.md``).
 A ukv call site knows which of its arguments can change that specialisation, so it
 passes a small key of exactly those facts. The first launch under a key goes through
-Triton (compiling if needed) and keeps the compiled kernel; later launches call its
-launcher directly with the current stream.
+Triton (compiling if needed) and keeps the compiled kernel's C launch function; later
+launches call it directly with the current stream (what Triton's launcher object does,
+minus its per-launch scratch allocation, which ukv's kernels do not use).
 
 Only Triton releases whose launcher signature was checked on a GPU use the direct path
 (:data:`DIRECT_TRITON`); every other version, Triton's interpreter, and any run with a
@@ -64,7 +65,7 @@ class DirectKernel:
         self.fn = fn
         self.num_warps = num_warps
         self.direct = direct_launch_enabled()
-        self._compiled: dict[Hashable, tuple[Any, Any, Any]] = {}
+        self._compiled: dict[Hashable, tuple[Any, Any, Any, Any, Any]] = {}
 
     def launch(
         self,
@@ -92,13 +93,18 @@ class DirectKernel:
         """
         hit = self._compiled.get(key) if self.direct else None
         if hit is not None and not _hooked():
-            run, function, metadata = hit
-            run(
+            raw, function, coop, pdl, metadata = hit
+            # What CudaLauncher.__call__ does, minus the scratch allocation (none here).
+            raw(
                 grid[0],
                 grid[1],
                 1,
                 _get_stream(device_index),
                 function,
+                coop,
+                pdl,
+                None,
+                None,
                 metadata,
                 None,
                 None,
@@ -108,5 +114,23 @@ class DirectKernel:
             )
             return
         compiled = self.fn[grid](*jit_args(), **constexprs, num_warps=self.num_warps)
-        if self.direct and compiled is not None and hasattr(compiled, "run"):
-            self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+        if self.direct and compiled is not None:
+            entry = _raw_launch(compiled)
+            if entry is not None:
+                self._compiled[key] = entry
+
+
+def _raw_launch(compiled: Any) -> tuple[Any, Any, Any, Any, Any] | None:
+    """The C launch function of a compiled kernel and its fixed arguments, when it needs
+    no per-launch scratch memory (ukv's kernels need none); None otherwise."""
+    launcher = getattr(compiled, "run", None)
+    raw = getattr(launcher, "launch", None)
+    if raw is None:
+        return None
+    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+        return None
+    coop = getattr(launcher, "launch_cooperative_grid", None)
+    pdl = getattr(launcher, "launch_pdl", None)
+    if coop is None or pdl is None:
+        return None
+    return raw, compiled.function, coop, pdl, compiled.packed_metadata

@@ -38,6 +38,9 @@ BLOCK = ops.TABLE_BLOCK
 """Table rows or returned ids per program."""
 
 
+_NO_SECTION = (0, 0, 0, 0, 0, 0, 0)
+
+
 class _Geometry(NamedTuple):
     """One sub-pool's launch constants, fixed for the pool's lifetime."""
 
@@ -51,6 +54,8 @@ class _Geometry(NamedTuple):
     table: torch.Tensor
     table_addr: int
     table_len: int
+    constexprs: tuple[tuple[dict[str, Any], dict[str, Any]], ...]
+    keys: tuple[tuple[Any, ...], tuple[Any, ...]]
 
 
 class PackedExecutor(Executor):
@@ -77,7 +82,9 @@ class PackedExecutor(Executor):
         self.rows = bool(work_mask & PLAN_ROWS)
         # Stand-in target for pointer arguments a launch does not use (never written).
         self._scratch = torch.zeros(2, dtype=torch.int64, device=raw.device)
-        self._geo = [self._geometry(raw, t, i) for t, i in zip(tables, infos)]
+        self._geo: list[_Geometry] = []
+        for t, i in zip(tables, infos):
+            self._geo.append(self._geometry(raw, t, i))
 
     def _geometry(self, raw: torch.Tensor, tables: DeviceTables, info: dict) -> _Geometry:
         page_bytes = int(info["page_bytes"])
@@ -86,6 +93,20 @@ class PackedExecutor(Executor):
         page_words = page_bytes // word.itemsize
         block, tiles, chunks = ops._envelope_tiling(page_words, word.itemsize)
         table = tables.both if tables.both is not None else self._scratch
+        pool = len(self._geo) if hasattr(self, "_geo") else 0
+        constexprs = tuple(
+            tuple(
+                {
+                    "BLOCK": block,
+                    "TILES": tiles,
+                    "TAB_BLOCK": BLOCK,
+                    "HAS_TOKENS": has_tok,
+                    "HAS_REQ": has_req,
+                }
+                for has_req in (False, True)
+            )
+            for has_tok in (False, True)
+        )
         return _Geometry(
             words,
             words.data_ptr(),
@@ -97,6 +118,8 @@ class PackedExecutor(Executor):
             table,
             table.data_ptr(),
             table.numel() if tables.both is not None else 0,
+            constexprs,
+            ((pool, False, False), (pool, True, False)),
         )
 
     def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -148,27 +171,31 @@ class PackedExecutor(Executor):
         last: torch.Tensor | None,
     ) -> None:
         """One launch: a sub-pool's moves and rows, plus the returned ids if ``layout``."""
-        pool, src, dst, rows, vals, moves, num_rows = section or (0, 0, 0, 0, 0, 0, 0)
+        pool, src, dst, rows, vals, moves, num_rows = section or _NO_SECTION
         g = self._geo[pool]
         num_tokens = layout[2] if layout is not None and out is not None else 0
         tok, req = (layout[1], layout[3]) if layout is not None else (0, 0)
         has_req = bool(num_tokens and layout is not None and layout[4] and last is not None)
         tab_blocks = -(-num_rows // BLOCK)
         grid = (moves + tab_blocks + -(-num_tokens // BLOCK), g.chunks if moves else 1)
-        last_t = last if has_req else self._scratch
-        assert last_t is not None
-        out_t = out if num_tokens else self._scratch
-        assert out_t is not None
-        ints = (moves, g.page_words, g.num_pages, num_rows, g.table_len, num_tokens, tab_blocks)
+        last_t = last if has_req and last is not None else self._scratch
+        out_t = out if num_tokens and out is not None else self._scratch
         stride = last_t.stride(0)
-        constexprs = {
-            "BLOCK": g.block,
-            "TILES": g.tiles,
-            "TAB_BLOCK": BLOCK,
-            "HAS_TOKENS": num_tokens > 0,
-            "HAS_REQ": has_req,
-        }
-        key = (pool, num_tokens > 0, has_req, last_t.dtype, last_t.data_ptr() % 16, stride)
+        has_tok = num_tokens > 0
+        constexprs = g.constexprs[has_tok][has_req]
+        if has_req:
+            key: tuple[Any, ...] = (
+                pool,
+                has_tok,
+                True,
+                last_t.dtype,
+                last_t.data_ptr() % 16,
+                stride,
+            )
+        else:
+            key = g.keys[has_tok]
+        ints = (moves, g.page_words, g.num_pages, num_rows, g.table_len, num_tokens, tab_blocks)
+        args: tuple[Any, ...] = ()
         if self.direct:
             addr = self._addr(base) + 8 * at
             args = (
@@ -185,8 +212,6 @@ class PackedExecutor(Executor):
                 *ints,
                 stride,
             )
-        else:
-            args = ()
 
         def jit_args() -> tuple[Any, ...]:
             view = base[at:]

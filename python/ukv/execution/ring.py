@@ -31,6 +31,8 @@ RING_ELEMENTS = 1 << 18
 
 RING_SEGMENTS = 8
 
+_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3  # cuda.h: CONTEXT 1, MEMORY_TYPE 2, DEVICE_POINTER 3
+
 
 class StagingRing:
     """A pinned int64 ring for ``device``, handed out in even-sized, 16-byte aligned slots.
@@ -163,9 +165,10 @@ def device_address(t: torch.Tensor) -> int:
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         dev = ctypes.c_uint64()
-        # CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 2
-        rc = lib.cuPointerGetAttribute(ctypes.byref(dev), 2, ctypes.c_uint64(t.data_ptr()))
-        if rc == 0:
+        rc = lib.cuPointerGetAttribute(
+            ctypes.byref(dev), _CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ctypes.c_uint64(t.data_ptr())
+        )
+        if rc == 0 and dev.value:
             return int(dev.value)
     except (OSError, AttributeError):
         pass
