@@ -17,7 +17,7 @@ from ukv.models.attention import AttentionShape
 from ukv.models.shape import ModelShape
 from ukv.models.state import GatedDeltaNetMixer, Mamba1Mixer, Mamba2Mixer, StateShape
 
-__all__ = ["PRESETS", "preset", "preset_names"]
+__all__ = ["PRESETS", "find_preset", "preset", "preset_names"]
 
 # NVIDIA-Nemotron-Nano-9B-v2 hybrid_override_pattern: 27 Mamba2, 4 attention, 25 MLP layers.
 _NEMOTRON_NANO_9B_V2_PATTERN = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
