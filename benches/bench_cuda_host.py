@@ -977,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = (
         Config(rounds=2, round_s=0.005, warm_iters=2, min_iters=2, max_iters=200)
         if args.quick
-        else Config(rounds=5, round_s=0.05, warm_iters=5, min_iters=5, max_iters=100_000)
+        else Config(rounds=5, round_s=0.1, warm_iters=5, min_iters=5, max_iters=100_000)
     )
     if args.rounds is not None:
         cfg.rounds = args.rounds
