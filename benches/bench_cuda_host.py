@@ -29,17 +29,23 @@ bytes must follow their ids through every move.
 
 Then a no-wait probe: with ``torch.cuda._sleep`` (~20 ms) queued on the stream, one call of
 each ukv entry point must return in < 1 ms of host time (max of 3 tries after a warm-up
-call); SGLang's eager free, which reads a device flag, is shown for comparison.
+call; frees are relocating ones); SGLang's alloc and eager free (which reads a device flag)
+are shown for comparison.
 
-Usage (repository root; ukv and the peer on ``PYTHONPATH``)::
+Usage (repository root; ukv and the peer on ``PYTHONPATH``, see
+``benches/prepare_peer_wheels.sh`` for a machine without registry access)::
 
-    python benches/bench_cuda_host.py --out OUT_DIR             # on the GPU: ~1-2 min
-    python benches/bench_cuda_host.py --quick --device cpu      # smoke run of every path
+    python benches/bench_cuda_host.py --out OUT_DIR [--commit SHA]   # on the GPU: ~1-2 min
+    python benches/bench_cuda_host.py --quick --device cpu           # smoke run of every path
 
 writes ``OUT_DIR/cuda-host.md`` and ``OUT_DIR/cuda-host.json`` (``cpu-host.*`` with
-``--device cpu``: the same code on a CPU pool, for checking the bench, not a result).
-Where this ukv build lacks a newer entry point (``alloc(host=True)``, ``sync_frees``,
-``stats().gpu_waits``) the affected figures are left out and the file says why.
+``--device cpu``: the same code on a CPU pool, for checking the bench, not a result), and
+rewrites them after every row, so a run cut short keeps what it measured (the title says
+PARTIAL). ``--commit`` names ukv's commit where the tree has no ``.git``. Where this ukv
+build lacks a newer entry point (``alloc(host=True)``, ``sync_frees``,
+``stats().gpu_waits`` / ``inflight_frees``) the affected figures are left out and the
+notes say why. A variant, row or probe that raises is recorded with its error and the run
+goes on.
 """
 
 from __future__ import annotations
@@ -135,7 +141,7 @@ class Variant:
 
     label: str
     side: Any
-    alloc: Callable[[int], torch.Tensor | None]
+    alloc: Callable[[int], Any]  # ids (a tensor) or None; the traces check where it counts
     free: Callable[[torch.Tensor], None]
 
     def settle(self) -> None:
@@ -173,6 +179,7 @@ class Sides:
             )
         elif host:
             h = UkvSide(page_size, lazy, self.dev.name)
+            assert h.alloc_host is not None  # the same build as u
             out.append(Variant(UKV_HOST, h, h.alloc_host, h.free))
         if not hasattr(u.pool, "sync_frees"):
             self.notes.add(
@@ -656,8 +663,9 @@ class NoWaitProbe:
                 probe.us.append((time.perf_counter() - t0) * 1e6)
                 self.dev.sync()
                 cleanup(state, out)
-            if waits0 is not None and pool is not None:
-                probe.gpu_waits = _gpu_waits(pool) - waits0
+            waits1 = _gpu_waits(pool) if pool is not None else None
+            if waits0 is not None and waits1 is not None:
+                probe.gpu_waits = waits1 - waits0
         except Exception as exc:  # noqa: BLE001 - reported in the probe table
             probe.error = _failed(f"probe {side} {call}", exc)["error"]
         self.probes.append(probe)
@@ -754,7 +762,8 @@ class NoWaitProbe:
         """Cleanup: free the pages an extend/decode call opened (those past each prefix's
         last page), so every try starts from the same state."""
         ps = side.page_size
-        pos, base = [], 0
+        pos: list[int] = []
+        base = 0
         for p, s in zip(pre.tolist(), seq.tolist()):
             boundary = -(-p // ps) * ps
             pos.extend(range(base + max(boundary - p, 0), base + s - p))
