@@ -52,8 +52,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import importlib.metadata
+import inspect
 import json
 import os
 import platform
@@ -101,14 +103,34 @@ TARGETS = {"pair": 20.0, "reloc": 20.0, "batch": 50.0, "batch-half": 50.0}
 # ----- sides -------------------------------------------------------------------------------
 
 
+def _nothing() -> None:
+    pass
+
+
+def accepts(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (an API that is still growing)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read: assume not
+        return False
+
+
 class UkvSide:
-    """ukv through its public API: one pool, the "full" allocator's bound methods."""
+    """ukv through its public API: one pool, the "full" allocator's bound methods.
+
+    Attributes:
+        alloc_host: ``alloc(n, host=True)`` (ids on the CPU, no device copy), or None when
+            this ukv build does not take ``host=`` yet.
+        settle: ``pool.sync_frees`` (apply every in-flight free of CUDA ids now), or a no-op
+            when this ukv build frees synchronously.
+    """
 
     label = "ukv"
 
-    def __init__(self, page_size: int, lazy: bool) -> None:
+    def __init__(self, page_size: int, lazy: bool, device: str = "cpu") -> None:
+        self.device = torch.device(device)
         self.pool = ukv.UnifiedKVPool(
-            TOTAL_BYTES, [FULL_SPEC, MAMBA_SPEC], page_size=page_size, device="cpu", lazy=lazy
+            TOTAL_BYTES, [FULL_SPEC, MAMBA_SPEC], page_size=page_size, device=device, lazy=lazy
         )
         a = self.pool.allocator("full")
         self.allocator = a
@@ -118,6 +140,10 @@ class UkvSide:
         self.alloc_extend = a.alloc_extend
         self.alloc_decode = a.alloc_decode
         self.flush = self.pool.flush
+        self.alloc_host = (
+            functools.partial(a.alloc, host=True) if accepts(a.alloc, "host") else None
+        )
+        self.settle = getattr(self.pool, "sync_frees", _nothing)
         k, v = self.pool.kv_views("full")
         # Markers: the first 8 bytes of layer 0's K and the last 8 of the last layer's V of
         # each token, so a check covers both ends of the page envelope.
@@ -137,10 +163,15 @@ class UkvSide:
     def moved(self) -> int:
         return self.pool.stats().sub_pools[0].pages_moved
 
+    def _on_device(self, ids: torch.Tensor) -> torch.Tensor:
+        # Host ids (alloc(host=True)) are copied for the checks only, never in timed code.
+        return ids if ids.device.type == self.device.type else ids.to(self.device)
+
     def translate(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.allocator.translate_kv_loc(ids)
+        return self.allocator.translate_kv_loc(self._on_device(ids))
 
     def stamp(self, ids: torch.Tensor) -> None:
+        ids = self._on_device(ids)
         phys = self.translate(ids)
         for m in self._marks:
             m[phys // self.page_size, phys % self.page_size] = ids
@@ -159,10 +190,17 @@ class PeerSide:
     """
 
     label = "sglang"
+    settle = staticmethod(_nothing)  # its frees are applied before they return
 
-    def __init__(self, factory: Any, page_size: int, lazy: bool) -> None:
+    def __init__(self, factory: Any, page_size: int, lazy: bool, device: str = "cpu") -> None:
         self.peer = factory(
-            TOTAL_BYTES, FULL_SPEC, MAMBA_SPEC, page_size=page_size, lazy=lazy, kv="real"
+            TOTAL_BYTES,
+            FULL_SPEC,
+            MAMBA_SPEC,
+            page_size=page_size,
+            lazy=lazy,
+            kv="real",
+            device=device,
         )
         if not self.peer.peer_moves_bytes:
             raise RuntimeError(f"the SGLang peer does not move real bytes: {self.peer.kv_note}")
@@ -266,6 +304,7 @@ def _must(ids: torch.Tensor | None, what: str) -> torch.Tensor:
 
 def _check_stamps(side: Any, ids: torch.Tensor, what: str) -> None:
     got = side.read_stamps(ids)
+    ids = ids.to(got.device)
     if not torch.equal(got, ids):
         bad = (got != ids).nonzero().flatten()[:4].tolist()
         raise CheckError(

@@ -1,10 +1,16 @@
-"""SGLang peer for the Python allocator bench: SGLang's own unified memory pool on CPU.
+"""SGLang peer for the allocator benches: SGLang's own unified memory pool on CPU or CUDA.
 
 Builds the reference ``UnifiedKVPool`` (``sglang.srt.mem_cache.unified_memory_pool``) and one
 ``MultiEndedAllocator`` per sub-pool (``sglang.srt.mem_cache.allocator.unified_sub_pool``), the
 way SGLang's allocator unit tests do: two independent id-owning sub-allocators, bound to each
-other as peers, over one byte buffer on device ``"cpu"``. The bench then drives the same op
-trace through this peer and through ukv's Python API, in one process.
+other as peers, over one byte buffer on device ``"cpu"`` or ``"cuda"``. The benches then drive
+the same op trace through this peer and through ukv's Python API, in one process.
+
+On CUDA, SGLang imports ``sgl_kernel`` at module level; where that package is missing (the
+lent GPU machine has none), ``load(device="cuda")`` registers an import hook that serves a
+stand-in: every attribute is another stand-in and every call raises. The allocator path
+never calls it; a call would fail the run instead of measuring less. The hook sits last on
+``sys.meta_path``, so an installed ``sgl_kernel`` always wins.
 
 SGLang is an optional dependency, installed without dependency resolution so that the
 project's torch stays as it is (see ``benches/requirements-peer.txt``)::
@@ -35,19 +41,25 @@ on its thread pool, which on a 2-core machine costs ~8 ms per call in OpenMP wak
 (single-threaded it is ~50 µs for 64K ids). So a pair's cost also grows with the number of
 free ids (pool size / entry bytes / page size): compare at equal pool sizes.
 
-Self-check (prints µs per op and exits 0; exits 2 with the reason when SGLang is missing)::
+Self-check (prints µs per op and exits 0; exits 2 with the reason when SGLang is missing);
+without ``--selfcheck`` it only imports the allocator path and says how that went::
 
-    python benches/peer_sglang.py --selfcheck
+    python benches/peer_sglang.py --selfcheck [--device cuda]
+    python benches/peer_sglang.py --device cuda     # import check (used by .gpu/peer/install.sh)
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import statistics
 import sys
 import time
+import types
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -75,6 +87,7 @@ POOL_NAMES = (
 ALLOCATOR_NAMES = ("MultiEndedAllocator",)
 KV_MODES = ("auto", "real", "fake")
 MARKER_BYTES = 8  # one int64 stamp per token/slot entry
+STANDIN_ROOT = "sgl_kernel"  # the CUDA kernel wheel SGLang imports at module level
 
 _sg: dict[str, Any] = {}  # resolved SGLang classes, filled by load()
 
@@ -98,8 +111,94 @@ def _import_first(candidates: tuple[str, ...], names: tuple[str, ...]) -> tuple[
     return None, errors
 
 
-def load() -> tuple[Any | None, str]:
+class StandIn:
+    """An attribute of the ``sgl_kernel`` stand-in: its attributes are further stand-ins,
+    and calling it raises, naming what was called.
+
+    Args:
+        name: Dotted name it stands for (for the error message).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> StandIn:
+        if attr.startswith("__"):
+            raise AttributeError(attr)  # keep copy/pickle/inspect probes honest
+        return StandIn(f"{self._name}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{self._name} was called, but {STANDIN_ROOT} is a stand-in registered by "
+            "benches/peer_sglang.py (the package is not installed): this SGLang code path "
+            "needs the real kernel wheel"
+        )
+
+    def __repr__(self) -> str:
+        return f"<stand-in {self._name}>"
+
+
+class StandInModule(types.ModuleType):
+    """A package whose every attribute is a ``StandIn`` (submodules are served by the
+    finder below)."""
+
+    def __getattr__(self, attr: str) -> StandIn:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return StandIn(f"{self.__name__}.{attr}")
+
+
+class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``sgl_kernel`` and any ``sgl_kernel.*`` submodule as a ``StandInModule``."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != STANDIN_ROOT and not fullname.startswith(STANDIN_ROOT + "."):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return StandInModule(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__path__ = []  # a package, so `import sgl_kernel.x.y` resolves here too
+
+
+def install_standin() -> bool:
+    """Register the ``sgl_kernel`` stand-in unless the real package is importable.
+
+    Returns:
+        True when the stand-in is (now or already) in place, False when the real package
+        is installed and will be used.
+    """
+    if any(isinstance(f, StandInFinder) for f in sys.meta_path):
+        return True
+    if importlib.util.find_spec(STANDIN_ROOT) is not None:
+        return False
+    sys.meta_path.append(StandInFinder())  # last: consulted only when nothing else finds it
+    return True
+
+
+def _single_rank() -> str:
+    """State a single-rank topology (decode context parallelism off) where SGLang has the
+    hook: its allocators read ``attn_dcp_size``/``attn_dcp_rank``, which a server would
+    publish at start-up. Returns a note for the description ('' when nothing was set)."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:
+        return ""
+    parallel = get_parallel()
+    if not hasattr(parallel, "override_permanently"):
+        return ""
+    parallel.override_permanently(attn_dcp_size=1, attn_dcp_rank=0)
+    return "attn_dcp_size=1"
+
+
+def load(device: str = "cpu") -> tuple[Any | None, str]:
     """Import SGLang's unified pool and allocator.
+
+    Args:
+        device: The device the peer will be built on; ``"cuda"`` registers the
+            ``sgl_kernel`` stand-in first when that package is missing.
 
     Returns:
         ``(SGLangPeer, description)`` when they import, else ``(None, reason)`` where the
@@ -110,6 +209,8 @@ def load() -> tuple[Any | None, str]:
         sglang_version = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None, f"sglang is not installed ({INSTALL_HINT})"
+    device_type = torch.device(device).type
+    standin = install_standin() if device_type == "cuda" else False
     with warnings.catch_warnings():
         # Importing sglang on a machine without CUDA warns about AWQ/GGUF kernels.
         warnings.simplefilter("ignore")
@@ -122,12 +223,18 @@ def load() -> tuple[Any | None, str]:
     _sg.update({n: getattr(pool_module, n) for n in POOL_NAMES})
     _sg["MultiEndedAllocator"] = alloc_module.MultiEndedAllocator
     _sg["store_dtype_for"] = getattr(pool_module, "_store_dtype_for", None)
-    note = (
-        "" if sglang_version == SGLANG_VERSION else f" (the bench was written for {SGLANG_VERSION})"
+    notes = (
+        [] if sglang_version == SGLANG_VERSION else [f"the bench was written for {SGLANG_VERSION}"]
     )
+    if standin:
+        notes.append(f"{STANDIN_ROOT} is a stand-in (not installed; the allocator never calls it)")
+    topology = _single_rank()
+    if topology:
+        notes.append(f"single rank ({topology})")
+    extra = f" ({'; '.join(notes)})" if notes else ""
     return SGLangPeer, (
-        f"sglang {sglang_version}{note}: {pool_module.__name__}.UnifiedKVPool + "
-        f"{alloc_module.__name__}.MultiEndedAllocator on cpu"
+        f"sglang {sglang_version}: {pool_module.__name__}.UnifiedKVPool + "
+        f"{alloc_module.__name__}.MultiEndedAllocator on {device_type}{extra}"
     )
 
 
@@ -212,10 +319,11 @@ class MarkerKVCache:
 
     Args:
         num_tokens: Physical token (or state slot) rows, ``num_pages * page_size``.
+        device: Where the markers live (the pool's device).
     """
 
-    def __init__(self, num_tokens: int) -> None:
-        self.buf = torch.full((num_tokens,), -1, dtype=torch.int64)
+    def __init__(self, num_tokens: int, device: str | torch.device = "cpu") -> None:
+        self.buf = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
 
     def move_physical_pages(
         self, dst_pages: torch.Tensor, src_pages: torch.Tensor, page_size: int
@@ -268,7 +376,7 @@ class SGLangSide:
     def free(self, ids: Any) -> None:
         """Free virtual token ids (a tensor, list or array; partial pages free the page)."""
         if not isinstance(ids, torch.Tensor):
-            ids = torch.as_tensor(ids, dtype=torch.int64)
+            ids = torch.as_tensor(ids, dtype=torch.int64, device=self._peer.device)
         self.allocator.free(ids)
 
     def available_size(self) -> int:
@@ -331,7 +439,7 @@ class SGLangSide:
 
 class SGLangPeer:
     """SGLang's ``UnifiedKVPool`` with an MHA "full" sub-pool and a second sub-pool (Mamba or
-    a second MHA), each with its own id-owning ``MultiEndedAllocator``, on device ``"cpu"``.
+    a second MHA), each with its own id-owning ``MultiEndedAllocator``, on one device.
 
     The full side's ``alloc``/``free``/``available_size`` are on the peer itself; the
     second side's are on ``peer.other``.
@@ -356,6 +464,8 @@ class SGLangPeer:
             falling back to fake when the real pools do not build.
         max_moves_per_flush: Page-move cap of a non-urgent lazy flush (SGLang's
             ``SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL``); None keeps SGLang's default.
+        device: ``"cpu"`` or ``"cuda"`` (call ``load(device)`` with the same device first:
+            on CUDA it registers the ``sgl_kernel`` stand-in before SGLang is imported).
 
     Attributes:
         peer_moves_bytes: True when compaction moves real bytes through SGLang's KV pools,
@@ -380,6 +490,7 @@ class SGLangPeer:
         *,
         kv: str = "auto",
         max_moves_per_flush: int | None = None,
+        device: str = "cpu",
     ) -> None:
         if not _sg:
             raise RuntimeError("SGLang is not loaded: call peer_sglang.load() first")
@@ -388,7 +499,7 @@ class SGLangPeer:
         self.total_bytes = int(total_bytes)
         self.page_size = int(page_size)
         self.lazy = bool(lazy)
-        self.device = "cpu"
+        self.device = str(device)
         full_name, other_name, other_kind, specs = self._specs(
             full_spec_params, mamba_or_swa_params
         )
@@ -436,7 +547,9 @@ class SGLangPeer:
             except Exception as exc:  # noqa: BLE001 - reported through kv_note
                 if kv == "real":
                     raise
-                self.kv_note = f"real KV pools did not build on cpu ({type(exc).__name__}: {exc})"
+                self.kv_note = (
+                    f"real KV pools did not build on {self.device} ({type(exc).__name__}: {exc})"
+                )
         else:
             self.kv_note = "fake KV cache requested"
         return self._marker_kvcache(full_name, self.page_size), self._marker_kvcache(
@@ -458,7 +571,7 @@ class SGLangPeer:
 
     def _marker_kvcache(self, name: str, page_size: int) -> MarkerKVCache:
         num_pages = self.pool.max_slots(name) // page_size
-        return MarkerKVCache(num_pages * page_size)
+        return MarkerKVCache(num_pages * page_size, self.device)
 
     def _allocator(self, name: str, kvcache: Any, page_size: int, max_moves: int | None) -> Any:
         allocator = _sg["MultiEndedAllocator"](
@@ -504,7 +617,10 @@ class SGLangPeer:
     def __repr__(self) -> str:
         mode = "lazy" if self.lazy else "eager"
         moves = "bytes" if self.peer_moves_bytes else "markers"
-        return f"SGLangPeer({self.total_bytes} B, ps={self.page_size}, {mode}, moves {moves}: {self.full!r}, {self.other!r})"
+        return (
+            f"SGLangPeer({self.total_bytes} B on {self.device}, ps={self.page_size}, {mode}, "
+            f"moves {moves}: {self.full!r}, {self.other!r})"
+        )
 
 
 # ----- self-check --------------------------------------------------------------------------
@@ -596,10 +712,10 @@ def _time_relocating_frees(peer: SGLangPeer, side: SGLangSide, n: int) -> tuple[
     return statistics.median(samples), moved_pages / n
 
 
-def selfcheck(kv: str = "auto", threads: int = 1) -> int:
+def selfcheck(kv: str = "auto", threads: int = 1, device: str = "cpu") -> int:
     """Build peers for page sizes 1 and 16, eager and lazy; time alloc+free pairs and
     relocating frees on both sides; print the table. Returns the exit status."""
-    factory, reason = load()
+    factory, reason = load(device)
     print(f"SGLang peer: {reason}")
     if factory is None:
         return 2
@@ -608,14 +724,18 @@ def selfcheck(kv: str = "auto", threads: int = 1) -> int:
         # parallelizes it, and on a 2-core box each such op then costs ~8 ms of OpenMP
         # wake-ups instead of ~50 µs. The bench should run with the same setting.
         torch.set_num_threads(threads)
-    print(f"torch threads: {torch.get_num_threads()}, buffer {SELFCHECK_BYTES >> 20} MiB")
+    print(
+        f"torch threads: {torch.get_num_threads()}, buffer {SELFCHECK_BYTES >> 20} MiB on {device}"
+    )
     full, mamba = _selfcheck_specs()
     print(
         f"{'ps':>3} {'mode':>5} {'side':>6} {'moves':>7} {'free ids':>9} {'alloc+free µs':>14} {'reloc free µs':>14} {'pages/free':>10}"
     )
     for ps in (1, 16):
         for lazy in (False, True):
-            peer = factory(SELFCHECK_BYTES, full, mamba, page_size=ps, lazy=lazy, kv=kv)
+            peer = factory(
+                SELFCHECK_BYTES, full, mamba, page_size=ps, lazy=lazy, kv=kv, device=device
+            )
             for side in (peer.full, peer.other):
                 pair = _time_pairs(side, SELFCHECK_PAIRS)
                 reloc, per = _time_relocating_frees(peer, side, SELFCHECK_RELOCATIONS)
@@ -638,12 +758,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch.set_num_threads (0: leave as is)"
     )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     args = parser.parse_args(argv)
     if not args.selfcheck:
-        factory, reason = load()
+        factory, reason = load(args.device)
         print(reason)
         return 0 if factory is not None else 2
-    return selfcheck(args.kv, args.threads)
+    return selfcheck(args.kv, args.threads, args.device)
 
 
 if __name__ == "__main__":
