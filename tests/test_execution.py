@@ -299,3 +299,50 @@ def test_cuda_pool_pins_its_device_index() -> None:
     pool = _pool("cuda")
     assert pool.device.index == torch.cuda.current_device()
     assert pool.allocator("full").alloc(2).device == pool.device
+
+
+# ----- the staging ring ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_small_staging_ring_wraps_many_times_without_losing_bytes(
+    monkeypatch, lazy: bool, device: str
+) -> None:
+    """A ring of 8 segments of 8 elements: every plan crosses segments, some need a buffer
+    of their own, and the ring wraps hundreds of times; bytes and tables stay right (on a
+    GPU with frees of device ids landing in the same small ring)."""
+    if not ukv.ops.use_triton(device):
+        pytest.skip("the staging ring serves the Triton path (CPU tests run it interpreted)")
+    monkeypatch.setattr("ukv.execution.ring.RING_ELEMENTS", 64)
+    pool = _pool(device, lazy=lazy)
+    ring = pool._exec.ring
+    assert ring.seg_len == 8
+    fa = pool.allocator("full")
+    ks, _ = pool.kv_views("full")
+    rng = np.random.default_rng(3)
+    live: list[tuple[torch.Tensor, torch.Tensor]] = []
+    wraps = 0
+    last_seg = ring.seg
+    for step in range(400):
+        if rng.random() < 0.55 or not live:
+            ids = fa.alloc(int(rng.integers(1, 6)))
+            if ids is None:
+                pool.flush(urgent=True)
+                continue
+            data = torch.full((len(ids), 2, 4), float(step % 97), dtype=torch.float16)
+            data = data.to(pool.device)
+            pool.set_kv("full", 0, fa.translate_kv_loc(ids), data, data)
+            live.append((ids, data))
+        else:
+            fa.free(live.pop(int(rng.integers(len(live))))[0])
+            if lazy and rng.random() < 0.3:
+                pool.flush()
+        wraps += ring.seg < last_seg
+        last_seg = ring.seg
+    pool.flush(urgent=True)
+    pool.sync_frees()
+    pool.check_invariants()
+    for ids, data in live:
+        phys = fa.translate_kv_loc(ids)
+        assert torch.equal(ks[0][phys, 0], data)
+    assert wraps > 10, f"the ring wrapped only {wraps} times: the test tests little"

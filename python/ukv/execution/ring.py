@@ -39,13 +39,15 @@ class StagingRing:
 
     Args:
         device: The pool's device (``cuda:N`` or ``cpu``).
-        elements: Ring size in int64 elements.
-        segments: Number of segments (reuse granularity).
+        elements: Ring size in int64 elements (default :data:`RING_ELEMENTS`).
+        segments: Number of segments, the reuse granularity (default :data:`RING_SEGMENTS`).
     """
 
     def __init__(
-        self, device: torch.device, elements: int = RING_ELEMENTS, segments: int = RING_SEGMENTS
+        self, device: torch.device, elements: int | None = None, segments: int | None = None
     ) -> None:
+        elements = RING_ELEMENTS if elements is None else elements
+        segments = RING_SEGMENTS if segments is None else segments
         self.device = device
         self.cuda = device.type == "cuda"
         self.tensor = torch.zeros(elements, dtype=torch.int64, pin_memory=self.cuda)
@@ -56,6 +58,7 @@ class StagingRing:
         self.seg_len = elements // segments
         self.segments = segments
         self.pos = 0
+        self.seg = 0  # the segment ``pos`` is in; ``pos`` may sit at its end
         self.waits = 0
         self.on_reuse: Callable[[int], None] | None = None
         self._events: list[list[torch.cuda.Event]] = [[] for _ in range(segments)]
@@ -71,7 +74,10 @@ class StagingRing:
     def window(self) -> tuple[int, np.ndarray]:
         """The free rest of the current segment: its element offset and a view to write."""
         self._touch()
-        end = (self.pos // self.seg_len + 1) * self.seg_len
+        end = (self.seg + 1) * self.seg_len
+        if self.pos >= end:
+            self.next_segment()
+            end = (self.seg + 1) * self.seg_len
         return self.pos, self.array[self.pos : end]
 
     def commit(self, n: int) -> None:
@@ -103,10 +109,11 @@ class StagingRing:
 
     def next_segment(self) -> None:
         """Move to the next segment, making sure the device and the pool are done with it."""
-        cur = self.pos // self.seg_len
+        cur = self.seg
         if self.cuda and self._stream is not None:
             self._events[cur].append(self._record(self._stream))
         nxt = (cur + 1) % self.segments
+        self.seg = nxt
         self.pos = nxt * self.seg_len
         for ev in self._events[nxt]:
             if not ev.query():
@@ -138,7 +145,7 @@ class StagingRing:
         if raw == self._raw_stream:
             return
         if self._stream is not None:
-            self._events[self.pos // self.seg_len].append(self._record(self._stream))
+            self._events[self.seg].append(self._record(self._stream))
         self._stream = torch.cuda.current_stream(self._index)
         self._raw_stream = raw
 
