@@ -67,6 +67,15 @@ class DirectKernel:
         self.direct = direct_launch_enabled()
         self._compiled: dict[Hashable, tuple[Any, Any, Any, Any, Any]] = {}
 
+    def entry(self, key: Hashable) -> tuple[Any, Any, Any, Any, Any] | None:
+        """The cached ``(launch, function, cooperative, pdl, metadata)`` under ``key`` when
+        the direct path may be used now; None otherwise (then call :meth:`launch`). A hot
+        call site that calls the C launch itself passes, after those five and the grid,
+        stream and ``None, None`` scratch, ``metadata, None, None, None``, the runtime
+        arguments and the constexpr values (see :meth:`launch`)."""
+        hit = self._compiled.get(key) if self.direct else None
+        return None if hit is None or _hooked() else hit
+
     def launch(
         self,
         grid: tuple[int, int],

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from ukv import ops
-from ukv.execution.base import PLAN_ROWS, Executor
-from ukv.execution.launch import DirectKernel
+from ukv.execution.base import PLAN_RESETS, PLAN_ROWS, PLAN_WAITS, Executor
+from ukv.execution.launch import DirectKernel, _get_stream
 from ukv.execution.ring import StagingRing, device_address
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class _Geometry(NamedTuple):
     table_len: int
     constexprs: tuple[tuple[dict[str, Any], dict[str, Any]], ...]
     keys: tuple[tuple[Any, ...], tuple[Any, ...]]
+    tails: tuple[tuple[Any, ...], tuple[Any, ...]]
 
 
 class PackedExecutor(Executor):
@@ -82,6 +83,7 @@ class PackedExecutor(Executor):
         self.rows = bool(work_mask & PLAN_ROWS)
         # Stand-in target for pointer arguments a launch does not use (never written).
         self._scratch = torch.zeros(2, dtype=torch.int64, device=raw.device)
+        self._scratch_addr = self._scratch.data_ptr()
         self._geo: list[_Geometry] = []
         for t, i in zip(tables, infos):
             self._geo.append(self._geometry(raw, t, i))
@@ -120,6 +122,7 @@ class PackedExecutor(Executor):
             table.numel() if tables.both is not None else 0,
             constexprs,
             ((pool, False, False), (pool, True, False)),
+            (tuple(constexprs[0][0].values()), tuple(constexprs[1][0].values())),
         )
 
     def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -136,7 +139,8 @@ class PackedExecutor(Executor):
         flags = arena.plan_flags()
         if not flags & self.work_mask and not want_ids:
             return None
-        self.prologue(flags)
+        if flags & (PLAN_WAITS | PLAN_RESETS):
+            self.prologue(flags)
         ring = self.ring
         base, at, view = ring.tensor, *ring.window()
         layout = arena.pack_plan(view, want_ids, self.rows)
@@ -151,8 +155,15 @@ class PackedExecutor(Executor):
             layout = arena.pack_plan(view, want_ids, self.rows)
         if base is ring.tensor:
             ring.commit(layout[0])
-        out = torch.empty(layout[2], dtype=torch.int64, device=self.device) if want_ids else None
         sections = layout[5]
+        if last is None and len(sections) <= 1 and base is ring.tensor:
+            done, out = self._launch_hot(at, sections, layout, want_ids)
+            if done:
+                return out
+        else:
+            out = (
+                torch.empty(layout[2], dtype=torch.int64, device=self.device) if want_ids else None
+            )
         if not sections:
             if layout[2]:
                 self._launch(base, at, None, layout, out, last)
@@ -160,6 +171,65 @@ class PackedExecutor(Executor):
         for n, section in enumerate(sections):
             self._launch(base, at, section, layout if n == 0 else None, out, last)
         return out
+
+    def _launch_hot(
+        self, at: int, sections: list[Any], layout: tuple[Any, ...], want_ids: bool
+    ) -> tuple[bool, torch.Tensor | None]:
+        """The allocator's common case as one C-level launch: at most one sub-pool with
+        work, ids relative to nothing, a kernel variant already compiled. Returns
+        ``(launched, ids)``; when not launched, the ids tensor is for the general path."""
+        num_tokens = layout[2]
+        out = torch.empty(num_tokens, dtype=torch.int64, device=self.device) if want_ids else None
+        if sections:
+            pool, src, dst, rows, vals, moves, num_rows = sections[0]
+        elif num_tokens:
+            pool, src, dst, rows, vals, moves, num_rows = _NO_SECTION
+        else:
+            return True, out
+        g = self._geo[pool]
+        has_tok = num_tokens > 0 and out is not None
+        hit = self.kernel.entry(g.keys[has_tok])
+        if hit is None:
+            return False, out
+        raw, function, coop, pdl, metadata = hit
+        addr = self.ring.addr + 8 * at
+        tab_blocks = -(-num_rows // BLOCK)
+        scratch = self._scratch_addr
+        raw(
+            moves + tab_blocks + (-(-num_tokens // BLOCK) if has_tok else 0),
+            g.chunks if moves else 1,
+            1,
+            _get_stream(self.index),
+            function,
+            coop,
+            pdl,
+            None,
+            None,
+            metadata,
+            None,
+            None,
+            None,
+            g.words_addr,
+            addr + 8 * src,
+            addr + 8 * dst,
+            g.table_addr,
+            addr + 8 * rows,
+            addr + 8 * vals,
+            addr + 8 * layout[1],
+            addr + 8 * layout[3],
+            scratch,
+            out.data_ptr() if has_tok and out is not None else scratch,
+            moves,
+            g.page_words,
+            g.num_pages,
+            num_rows,
+            g.table_len,
+            num_tokens if has_tok else 0,
+            tab_blocks,
+            1,
+            *g.tails[has_tok],
+        )
+        return True, out
 
     def _launch(
         self,
