@@ -83,7 +83,7 @@ class SubPoolAllocator:
         self._pool._check_usable()
         if self._pool._deferred:
             self._settle()
-        return int(self._arena.available_pages(self._index)) * self.page_size
+        return int(self._core_available()) * self.page_size
 
     def _settle(self) -> None:
         with self._lock:
@@ -94,7 +94,7 @@ class SubPoolAllocator:
         neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds."""
         if self._pool._deferred:
             self._settle()
-        return int(self._arena.schedulable_pages(self._index)) * self.page_size
+        return int(self._core_schedulable()) * self.page_size
 
     def allocated_count(self) -> int:
         """Live tokens (live pages × page size)."""
@@ -137,10 +137,10 @@ class SubPoolAllocator:
         with self._lock:
             if pool._deferred:
                 pool._settle()
-            ids = self._arena.alloc(self._index, n)
+            ids = self._core_alloc(n)
             if ids is None and pool._deferred.frees(self._index):
                 pool._settle(wait=True)
-                ids = self._arena.alloc(self._index, n)
+                ids = self._core_alloc(n)
             out = pool._execute(ids is not None and not host and pool._exec.returns_ids)
         if ids is None:
             return None
@@ -191,7 +191,7 @@ class SubPoolAllocator:
             )
         host_last, dev_last = self._split_last_loc(last_loc, len(pre), host)
         return self._alloc_tokens(
-            lambda: self._arena.alloc_extend(self._index, pre, seq, host_last), dev_last, host
+            lambda: self._core_extend(pre, seq, host_last), dev_last, host
         )
 
     def alloc_decode(
@@ -221,7 +221,7 @@ class SubPoolAllocator:
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
         host_last, dev_last = self._split_last_loc(last_loc, len(seq), host)
         return self._alloc_tokens(
-            lambda: self._arena.alloc_decode(self._index, seq, host_last), dev_last, host
+            lambda: self._core_decode(seq, host_last), dev_last, host
         )
 
     def _alloc_tokens(
@@ -301,9 +301,13 @@ class SubPoolAllocator:
             DoubleFreeError: an id that is not live, or repeated at page size 1.
             ArgumentError: wrong dtype, rank or contiguity.
         """
+        self._free_with(self._core_free, free_index)
+
+    def _free_with(self, core_free: Callable[[np.ndarray], None], free_index: object) -> None:
+        """Free through ``core_free`` now (host ids) or once device ids have landed."""
         pool = self._pool
         if type(free_index) is torch.Tensor and free_index.is_cuda and pool._ring is not None:
-            pool._free_device_ids(self._index, free_index)
+            pool._free_device_ids(self._index, free_index, core_free)
             return
         ids = _convert.host_ids("free_index", free_index)
         if ids.size == 0:
@@ -311,7 +315,7 @@ class SubPoolAllocator:
         with self._lock:
             if pool._deferred:
                 pool._settle()
-            self._arena.free(self._index, ids)
+            core_free(ids)
             pool._execute()
 
     def free_group_begin(self) -> None:
@@ -344,13 +348,43 @@ class SubPoolAllocator:
                         f"bad call {kind.replace('group', 'free_group')} on sub-pool "
                         f"{self.name!r}: a free group is {state}"
                     )
-                pool._deferred.push(Deferred(i, kind))
-            elif opening:
-                self._arena.free_group_begin(i)
+                pool._deferred.push(Deferred(i, kind, apply=self._core_group(kind)))
             else:
-                self._arena.free_group_end(i)
-                pool._execute()
+                self._core_group(kind)(None)
+                if not opening:
+                    pool._execute()
             pool._group_open[i] = opening
+
+    # ----- what the core does for this allocator (a composite overrides these) ----------
+
+    def _core_alloc(self, n: int) -> np.ndarray | None:
+        return self._arena.alloc(self._index, n)
+
+    def _core_extend(
+        self, pre: np.ndarray, seq: np.ndarray, last: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        return self._arena.alloc_extend(self._index, pre, seq, last)
+
+    def _core_decode(
+        self, seq: np.ndarray, last: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        return self._arena.alloc_decode(self._index, seq, last)
+
+    def _core_free(self, ids: np.ndarray) -> None:
+        self._arena.free(self._index, ids)
+
+    def _core_available(self) -> int:
+        return self._arena.available_pages(self._index)
+
+    def _core_schedulable(self) -> int:
+        return self._arena.schedulable_pages(self._index)
+
+    def _core_group(self, kind: str) -> Callable[[object], None]:
+        """Open or close the free group of every sub-pool this allocator frees on."""
+        i = self._index
+        if kind == "group_begin":
+            return lambda _ids: self._arena.free_group_begin(i)
+        return lambda _ids: self._arena.free_group_end(i)
 
     def clear(self) -> None:
         """Free every slot of this sub-pool (bytes are not zeroed). Frees of device ids

@@ -28,7 +28,7 @@ import itertools
 import logging
 import numbers
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -524,7 +524,9 @@ class UnifiedKVPool:
 
     # ----- frees of device ids ----------------------------------------------------------------
 
-    def _free_device_ids(self, index: int, ids: torch.Tensor) -> None:
+    def _free_device_ids(
+        self, index: int, ids: torch.Tensor, apply: Callable[[np.ndarray], None]
+    ) -> None:
         """Queue a free of ids on the pool's GPU: an async copy to pinned memory, applied
         once it has landed (API.md §4). Checks what it can without reading the ids."""
         if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
@@ -548,7 +550,7 @@ class UnifiedKVPool:
         with self._lock:
             self._check_usable()
             landing = LandingIds.stage(ring, ids)
-            self._deferred.push(Deferred(index, "free", landing))
+            self._deferred.push(Deferred(index, "free", landing, apply))
 
     def _settle(self, wait: bool = False) -> None:
         """Apply queued device-id frees whose ids have landed, in call order; with
@@ -564,15 +566,15 @@ class UnifiedKVPool:
             self._apply_deferred(entry)
 
     def _apply_deferred(self, entry: Deferred) -> None:
-        i = entry.pool
-        if entry.kind == "group_begin":
-            self._arena.free_group_begin(i)
+        ids = entry.landing.take() if entry.landing is not None else None
+        if entry.apply is not None:
+            entry.apply(ids)
+        elif entry.kind == "group_begin":
+            self._arena.free_group_begin(entry.pool)
         elif entry.kind == "group_end":
-            self._arena.free_group_end(i)
+            self._arena.free_group_end(entry.pool)
         else:
-            assert entry.landing is not None
-            ids = entry.landing.take()
-            self._arena.free(i, ids)
+            self._arena.free(entry.pool, ids)
         self._execute()
 
     def _settle_segment(self, seg: int) -> None:

@@ -12,6 +12,7 @@ them, so a group holds exactly the frees it held when they were issued.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -103,11 +104,14 @@ class Deferred:
         pool: Sub-pool index.
         kind: ``"free"``, or a free-group boundary queued behind frees.
         landing: The ids of a free (None for boundaries).
+        apply: What applies it (the ids, or None for a boundary); None: the sub-pool's
+            own ``free`` / group boundary.
     """
 
     pool: int
     kind: Kind
     landing: LandingIds | None = None
+    apply: Callable[[Any], None] | None = None
 
     def landed(self) -> bool:
         """Whether this entry can be applied without waiting."""
