@@ -50,12 +50,17 @@ def copy_envelope_chunk(
     src = src.to(tl.int64)
     dst = dst.to(tl.int64)
     valid = (src >= 0) & (src < num_pages) & (dst >= 0) & (dst < num_pages)
+    # A skipped pair has no words to copy. Folding the scalar predicate into the bound
+    # keeps every block mask a single block comparison: `block & scalar_predicate` is
+    # int1 to the compiler, but Triton's interpreter splats the scalar as an integer and
+    # from Triton 3.9 on its loads reject the resulting non-bool mask.
+    num_words = tl.where(valid, page_words, 0)
     src_base = buf_ptr + src * page_words
     dst_base = buf_ptr + dst * page_words
     chunk_start = pid_chunk.to(tl.int64) * (BLOCK * TILES)
     for tile in tl.static_range(TILES):
         offs = chunk_start + tile * BLOCK + tl.arange(0, BLOCK)
-        mask = (offs < page_words) & valid
+        mask = offs < num_words
         words = tl.load(src_base + offs, mask=mask)
         tl.store(dst_base + offs, words, mask=mask)
 

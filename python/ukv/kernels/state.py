@@ -38,10 +38,13 @@ def clear_slots_kernel(
     slot = tl.load(slots_ptr + pid_id.to(tl.int64) * stride_slots, mask=has_id, other=-1)
     slot = slot.to(tl.int64)
     valid = (slot >= 0) & (slot < num_slots)
+    # A skipped id has no words to zero: the predicate goes into the bound, so the mask
+    # is one block comparison (see move_pages.copy_envelope_chunk for why).
+    num_words = tl.where(valid, slot_words, 0)
     base = buf_ptr + slot * slot_words
     zeros = tl.zeros([BLOCK], dtype=buf_ptr.dtype.element_ty)
     chunk_start = pid_chunk.to(tl.int64) * (BLOCK * TILES)
     for tile in tl.static_range(TILES):
         offs = chunk_start + tile * BLOCK + tl.arange(0, BLOCK)
-        mask = (offs < slot_words) & valid
+        mask = offs < num_words
         tl.store(base + offs, zeros, mask=mask)
