@@ -16,23 +16,39 @@ from ukv.errors import (
     PoolPoisonedError,
     UkvError,
 )
+from ukv.hybrid import (
+    HybridPool,
+    MambaHybridAllocator,
+    MambaSlots,
+    RequestTable,
+    SWAHybridAllocator,
+    build_mamba_hybrid,
+    build_swa_hybrid,
+)
 from ukv.pool import PoolStats, SubPoolStats, UnifiedKVPool
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec
 
 __all__ = [
     "ArgumentError",
     "DoubleFreeError",
+    "HybridPool",
     "InvalidIdError",
     "InvariantError",
     "MHASpec",
+    "MambaHybridAllocator",
+    "MambaSlots",
     "MLASpec",
     "MambaSpec",
     "PoolConfigError",
     "PoolPoisonedError",
     "PoolStats",
+    "RequestTable",
+    "SWAHybridAllocator",
     "Spec",
     "SubPoolAllocator",
     "SubPoolStats",
     "UkvError",
     "UnifiedKVPool",
+    "build_mamba_hybrid",
+    "build_swa_hybrid",
 ]

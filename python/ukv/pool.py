@@ -28,7 +28,7 @@ import itertools
 import logging
 import numbers
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,9 @@ class UnifiedKVPool:
         device: ``"cuda"`` (or ``"cuda:N"``), ``"cpu"``, or ``"meta"`` (bookkeeping only).
         lazy: Lazy compaction (frees leave holes; ``flush`` packs) instead of eager.
         max_moves_per_flush: Page-move cap of one non-urgent flush.
+        bind: ``{non_owner: owner}``: sub-pools that hold no ids of their own and bind
+            their owner's virtual ids (the SWA side of a full + SWA hybrid). Both must be
+            paged with the same page size.
 
     Raises:
         PoolConfigError: bad sizes, specs, directions, names, or a buffer too small to hold
@@ -121,14 +124,22 @@ class UnifiedKVPool:
         device: str | torch.device = "cuda",
         lazy: bool = False,
         max_moves_per_flush: int = _core.DEFAULT_MAX_MOVES_PER_FLUSH,
+        bind: Mapping[str, str] | None = None,
     ) -> None:
         self.total_bytes = _positive("total_bytes", total_bytes)
         self.page_size = check_page_size(page_size)
         self.device = _device(device)
         self._specs = _check_specs(specs)
         self._index = {s.name: i for i, s in enumerate(self._specs)}
+        self._owners = _check_bind(bind, self._specs, self._index)
         pools = [
-            (s.name, s.entry_bytes, s.effective_page_size(self.page_size), s.grow, None)
+            (
+                s.name,
+                s.entry_bytes,
+                s.effective_page_size(self.page_size),
+                s.grow,
+                self._owners.get(s.name),
+            )
             for s in self._specs
         ]
         self._arena = _core.Arena(
@@ -199,6 +210,11 @@ class UnifiedKVPool:
     def spec(self, name: str) -> Spec:
         """The spec of sub-pool ``name``."""
         return self._specs[self._idx(name)]
+
+    def owner_of(self, name: str) -> str | None:
+        """The sub-pool whose virtual ids ``name`` binds, or None if it owns its ids."""
+        owner = self._owners.get(self._specs[self._idx(name)].name)
+        return None if owner is None else self._specs[owner].name
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -718,6 +734,33 @@ def _check_specs(specs: Sequence[Spec]) -> list[Spec]:
     if specs[0].name == specs[1].name:
         raise PoolConfigError(f"invalid specs name = {specs[0].name!r}: names must be unique")
     return specs
+
+
+def _check_bind(
+    bind: Mapping[str, str] | None, specs: list[Spec], index: dict[str, int]
+) -> dict[str, int]:
+    """``{non_owner name: owner index}`` from the ``bind`` argument, validated."""
+    if bind is None:
+        return {}
+    if not isinstance(bind, Mapping):
+        raise PoolConfigError(f"invalid bind = {bind!r}: must be a mapping of names")
+    owners: dict[str, int] = {}
+    for user, owner in bind.items():
+        for name in (user, owner):
+            if name not in index:
+                raise PoolConfigError(
+                    f"invalid bind = {dict(bind)!r}: no sub-pool {name!r} (have {list(index)})"
+                )
+        if user == owner or owner in bind:
+            raise PoolConfigError(
+                f"invalid bind = {dict(bind)!r}: {user!r} must bind an id owner other than itself"
+            )
+        if not (specs[index[user]].is_paged and specs[index[owner]].is_paged):
+            raise PoolConfigError(
+                f"invalid bind = {dict(bind)!r}: only paged (KV) sub-pools share virtual ids"
+            )
+        owners[user] = index[owner]
+    return owners
 
 
 def _buffer(total_bytes: int, device: torch.device) -> torch.Tensor:

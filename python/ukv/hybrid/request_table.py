@@ -1,0 +1,187 @@
+"""``RequestTable``: request slot → its virtual tokens and its state slot, device + host.
+
+Attention kernels read a request's tokens from a device table (SGLang's
+``req_to_token``); the scheduler frees and evicts requests on the host. Reading the
+device table back to free a request would wait for the GPU, so this table keeps a host
+mirror of every row it writes and frees from the mirror: :meth:`free_request` never reads
+the device. Rows are written through pinned host memory with non-blocking copies on the
+current stream, in order with the kernels that read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ukv import _convert
+from ukv.errors import ArgumentError, InvalidIdError
+
+
+class RequestTable:
+    """Request slots for a composite (or any token allocator) of a pool.
+
+    Args:
+        allocator: The token allocator (``SWAHybridAllocator``, ``MambaHybridAllocator``
+            or a ``SubPoolAllocator``); freeing a request frees its tokens through it.
+        max_requests: Request slots.
+        max_context_len: Tokens per request row.
+        device: Where the kernels' tables live (default: the allocator's tables' device).
+
+    Attributes:
+        req_to_token: shape ``[max_requests, max_context_len]`` int32 virtual token ids
+            on ``device`` (0 where unset: the padding anchor).
+        req_to_state: shape ``[max_requests]`` int32 virtual state slots (−1: none).
+    """
+
+    def __init__(
+        self,
+        allocator: Any,
+        max_requests: int,
+        max_context_len: int,
+        *,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.max_requests = _positive("max_requests", max_requests)
+        self.max_context_len = _positive("max_context_len", max_context_len)
+        self.allocator = allocator
+        self.device = torch.device(device) if device is not None else allocator.v2p.device
+        pin = self.device.type == "cuda"
+        shape = (self.max_requests, self.max_context_len)
+        self._host = torch.zeros(shape, dtype=torch.int32, pin_memory=pin)
+        self._host_state = torch.full((self.max_requests,), -1, dtype=torch.int32, pin_memory=pin)
+        self.req_to_token = torch.zeros(shape, dtype=torch.int32, device=self.device)
+        self.req_to_state = torch.full(
+            (self.max_requests,), -1, dtype=torch.int32, device=self.device
+        )
+        self._lens = np.zeros(self.max_requests, dtype=np.int64)
+        self._free = list(range(self.max_requests))
+        self._live = np.zeros(self.max_requests, dtype=bool)
+
+    # ----- request slots ----------------------------------------------------------------
+
+    def alloc_request(self) -> int | None:
+        """A free request slot (lowest first), or None when all are taken."""
+        if not self._free:
+            return None
+        r = self._free.pop(0)
+        self._live[r] = True
+        self._lens[r] = 0
+        return r
+
+    def available_requests(self) -> int:
+        """Free request slots."""
+        return len(self._free)
+
+    def length(self, r: int) -> int:
+        """Tokens recorded for request ``r``."""
+        return int(self._lens[self._check(r)])
+
+    # ----- rows ---------------------------------------------------------------------------
+
+    def append_tokens(self, r: int, ids: torch.Tensor | np.ndarray) -> None:
+        """Append virtual token ids (host ids, e.g. from ``alloc(..., host=True)``) to
+        request ``r``'s row, on the host and (asynchronously) on the device.
+
+        Raises:
+            ArgumentError: the row would pass ``max_context_len``, or bad ids.
+            InvalidIdError: ``r`` is not a live request.
+        """
+        r = self._check(r)
+        arr = _convert.host_ids("ids", ids)
+        start, n = int(self._lens[r]), int(arr.size)
+        if start + n > self.max_context_len:
+            raise ArgumentError(
+                f"bad argument ids: {n} more tokens for request {r} make {start + n}, "
+                f"past max_context_len {self.max_context_len}"
+            )
+        if n == 0:
+            return
+        self._host[r, start : start + n] = torch.from_numpy(arr.astype(np.int32, copy=False))
+        self._lens[r] = start + n
+        self.req_to_token[r, start : start + n].copy_(
+            self._host[r, start : start + n], non_blocking=True
+        )
+
+    def tokens(self, r: int) -> torch.Tensor:
+        """Request ``r``'s virtual tokens from the host mirror, shape ``[length]`` int64."""
+        r = self._check(r)
+        return self._host[r, : self._lens[r]].to(torch.int64)
+
+    def last_loc(self, rs: list[int] | np.ndarray) -> torch.Tensor:
+        """Each request's last virtual token from the host mirror (−1 when empty), int64 on
+        the CPU: what ``alloc_extend`` / ``alloc_decode`` take as a host ``last_loc``."""
+        rows = np.asarray(rs, dtype=np.int64)
+        lens = self._lens[rows]
+        host = self._host.numpy()
+        out = np.where(lens > 0, host[rows, np.maximum(lens - 1, 0)], -1)
+        return torch.from_numpy(out.astype(np.int64))
+
+    def set_state(self, r: int, slot: int) -> None:
+        """Record request ``r``'s virtual state slot (−1: none)."""
+        r = self._check(r)
+        self._host_state[r] = int(slot)
+        self.req_to_state[r : r + 1].copy_(self._host_state[r : r + 1], non_blocking=True)
+
+    def state(self, r: int) -> int:
+        """Request ``r``'s virtual state slot from the host mirror (−1: none)."""
+        return int(self._host_state[self._check(r)])
+
+    def translate_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
+        """Physical state slots of these requests, int32 on the device, −1 kept (no
+        state); the allocator must be a ``MambaHybridAllocator``."""
+        slots = getattr(self.allocator, "mamba_slots", None)
+        if slots is None:
+            raise ArgumentError(
+                "bad call translate_mamba_indices: the allocator has no state slots"
+            )
+        virt = self.req_to_state[req_indices.to(self.device, torch.int64)]
+        return slots.translate(virt).to(torch.int32)
+
+    # ----- freeing ------------------------------------------------------------------------
+
+    def free_tokens(self, r: int, start: int, end: int | None = None) -> None:
+        """Free request ``r``'s tokens ``[start, end)`` from the host mirror (no device read)
+        and drop them from the row (``end`` defaults to the row's length, so this is the
+        eviction of a suffix; freeing a middle span leaves the row's length as is)."""
+        r = self._check(r)
+        length = int(self._lens[r])
+        end = length if end is None else int(end)
+        if not 0 <= int(start) <= end <= length:
+            raise ArgumentError(
+                f"bad argument span [{start}, {end}): request {r} has {length} tokens"
+            )
+        ids = self._host[r, int(start) : end].to(torch.int64)
+        if ids.numel():
+            self.allocator.free(ids)
+        if end == length:
+            self._lens[r] = int(start)
+
+    def free_request(self, r: int) -> None:
+        """Free every token of request ``r`` and its state slot, then the request slot;
+        reads only the host mirror."""
+        r = self._check(r)
+        ids = self._host[r, : self._lens[r]].to(torch.int64)
+        if ids.numel():
+            self.allocator.free(ids)
+        slot = int(self._host_state[r])
+        if slot >= 0:
+            self.allocator.mamba_slots.free(torch.tensor([slot], dtype=torch.int64))
+            self.set_state(r, -1)
+        self._lens[r] = 0
+        self._live[r] = False
+        self._free.append(r)
+
+    def _check(self, r: object) -> int:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            raise ArgumentError(f"bad argument r = {r!r}: must be an int request slot")
+        if not (0 <= int(r) < self.max_requests and self._live[int(r)]):
+            raise InvalidIdError(f"bad argument r = {r}: not a live request slot")
+        return int(r)
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ArgumentError(f"bad argument {name} = {value!r}: must be a positive int")
+    return value

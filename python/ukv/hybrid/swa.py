@@ -1,0 +1,145 @@
+"""``SWAHybridAllocator``: full and sliding-window attention over one virtual id space.
+
+A hybrid SWA model (gpt-oss, Gemma 3) writes every new token into both its full-attention
+layers and its sliding-window layers. The full sub-pool owns the virtual ids; the SWA
+sub-pool binds the same ids (its v2p is indexed by full's virtual pages, so it is sized by
+full's id space, whatever the two entry sizes). Every allocation binds both sides in one
+core plan (all or nothing); ``free`` releases both; ``free_swa`` releases only the SWA side
+of tokens that left the window (the id stays live on full until the composite ``free``).
+``available_size`` is the joint capacity computed in the core: ``n <= available_size()``
+guarantees both sides fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+
+from ukv import ops
+from ukv.allocator import SubPoolAllocator
+from ukv.errors import ArgumentError
+from ukv.specs import MHASpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ukv.pool import UnifiedKVPool
+
+
+class SWAHybridAllocator(SubPoolAllocator):
+    """The token allocator of a full + sliding-window hybrid (API.md §5).
+
+    Inherits the token surface of :class:`~ukv.allocator.SubPoolAllocator` (``alloc``,
+    ``alloc_extend``, ``alloc_decode``, ``free``, groups, ``translate_kv_loc`` on the full
+    side, host ids, frees of device ids), with every operation applied to both sides.
+
+    Args:
+        pool: A pool whose ``swa`` sub-pool binds ``full``'s ids
+            (``UnifiedKVPool(..., bind={swa: full})``, or :func:`ukv.build_swa_hybrid`).
+        full: The full-attention sub-pool (the id owner).
+        swa: The sliding-window sub-pool.
+
+    Raises:
+        ArgumentError: unknown names, specs that are not MHA, or a ``swa`` sub-pool that
+            does not bind ``full``'s ids.
+    """
+
+    def __init__(self, pool: UnifiedKVPool, full: str = "full", swa: str = "swa") -> None:
+        f, s = pool._idx(full), pool._idx(swa)
+        for name in (full, swa):
+            if not isinstance(pool.spec(name), MHASpec):
+                raise ArgumentError(
+                    f"bad argument {name!r}: {type(pool.spec(name)).__name__} is not an MHA sub-pool"
+                )
+        if pool.owner_of(swa) != full:
+            raise ArgumentError(
+                f"bad argument swa = {swa!r}: it binds {pool.owner_of(swa)!r}'s ids, not "
+                f"{full!r}'s (build the pool with bind={{{swa!r}: {full!r}}})"
+            )
+        super().__init__(pool, f)
+        self._swa = s
+        self.swa = pool.allocator(swa)
+
+    # ----- the two sides ----------------------------------------------------------------
+
+    def _core_alloc(self, n: int) -> np.ndarray | None:
+        return self._arena.swa_alloc(self._index, self._swa, n)
+
+    def _core_extend(self, pre, seq, last):  # type: ignore[no-untyped-def]
+        return self._arena.swa_alloc_extend(self._index, self._swa, pre, seq, last)
+
+    def _core_decode(self, seq, last):  # type: ignore[no-untyped-def]
+        return self._arena.swa_alloc_decode(self._index, self._swa, seq, last)
+
+    def _core_free(self, ids: np.ndarray) -> None:
+        self._arena.swa_free(self._index, self._swa, ids)
+
+    def _core_available(self) -> int:
+        return self._arena.joint_available_pages(self._index, self._swa)
+
+    def _core_schedulable(self) -> int:
+        return self._arena.joint_schedulable_pages(self._index, self._swa)
+
+    def _core_group(self, kind: str) -> Callable[[object], None]:
+        f, s, arena = self._index, self._swa, self._arena
+        if kind == "group_begin":
+            return lambda _ids: (arena.free_group_begin(f), arena.free_group_begin(s))[-1]
+        return lambda _ids: (arena.free_group_end(s), arena.free_group_end(f))[-1]
+
+    def _group_boundary(self, kind: Literal["group_begin", "group_end"]) -> None:
+        super()._group_boundary(kind)
+        self._pool._group_open[self._swa] = kind == "group_begin"
+
+    # ----- the window -------------------------------------------------------------------
+
+    def free_swa(self, ids: torch.Tensor) -> None:
+        """Release the SWA side of tokens that left the sliding window.
+
+        Their virtual ids stay live on the full side (and are recycled only by
+        :meth:`free`); pages whose SWA side is already released are skipped.
+
+        Args:
+            ids: shape ``[N]`` int32/int64 virtual token ids (host or device, as for
+                :meth:`free`).
+
+        Raises:
+            InvalidIdError: an id that is not live on the full side.
+            ArgumentError: wrong dtype, rank or contiguity.
+        """
+        self._free_with(self._core_free_swa, ids)
+
+    def _core_free_swa(self, ids: np.ndarray) -> None:
+        self._arena.swa_free_nonowner(self._index, self._swa, ids)
+
+    def translate_loc_from_full_to_swa(
+        self, ids: torch.Tensor, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Virtual token ids → SWA physical token ids, int32, on the tables' device.
+
+        Tokens whose SWA side is released (or never bound) map to 0, the padding sink.
+
+        Args:
+            ids: shape ``[N]`` int32/int64 virtual ids on the tables' device.
+            out: optional shape ``[N]`` int32, written in place and returned.
+
+        Returns:
+            Tensor: shape ``[N]`` int32.
+        """
+        self._pool._check_usable()
+        return ops.translate(ids, self.swa.v2p, self.page_size, out=out, out_dtype=torch.int32)
+
+    def full_available_size(self) -> int:
+        """Tokens the full side alone could take now (not the joint capacity)."""
+        return self._pool.allocator(self.name).available_size()
+
+    def swa_available_size(self) -> int:
+        """Tokens the SWA side alone could take now (not the joint capacity)."""
+        return self.swa.available_size()
+
+    def __repr__(self) -> str:
+        return (
+            f"SWAHybridAllocator(full={self.name!r}, swa={self.swa.name!r}, "
+            f"page_size={self.page_size}, joint_available={self.available_size()})"
+        )
