@@ -39,7 +39,7 @@ from ukv import _core, layout, ops
 from ukv._convert import host_ids
 from ukv._tables import DeviceTables, to_device
 from ukv.allocator import SubPoolAllocator
-from ukv.errors import ArgumentError, PoolConfigError, PoolPoisonedError
+from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
 from ukv.execution import make_executor
 from ukv.execution.deferred import Deferred, DeferredQueue, LandingIds
 from ukv.execution.fastpath import StoreLauncher
@@ -344,47 +344,84 @@ class UnifiedKVPool:
             )
         ops.store_kv_to(targets[int(layer)], loc, k, v, k_scale=k_scale, v_scale=v_scale)
 
-    def get_cpu_copy(self, name: str, ids: torch.Tensor) -> list[torch.Tensor]:
+    def get_cpu_copy(self, name: str, ids: torch.Tensor, *, non_blocking: bool = False) -> HostCopy:
         """Host copies of the bytes of these virtual tokens (KV) or slots (state), for offload.
 
         Args:
             name: Sub-pool name.
-            ids: shape ``[N]`` virtual ids (live ones).
+            ids: shape ``[N]`` live virtual ids (host or device).
+            non_blocking: On CUDA, copy into pinned memory asynchronously and return at
+                once; call ``.wait()`` on the result before reading it.
 
         Returns:
-            list[Tensor]: one CPU tensor per view (KV: K then V per layer; state: each conv
-            then temporal), each with the token/slot dimension of length N.
+            HostCopy: a list of CPU tensors, one per view (KV: K then V per layer; state:
+            each conv then temporal), each with the token/slot dimension of length N.
+
+        Raises:
+            InvalidIdError: an id that is not live (every id is checked, vectorised).
+            ArgumentError: a meta pool, or bad ids.
         """
         with self._lock:  # translate + gather in one step: a compaction may not intervene
+            self._check_usable()
             views, phys = self._gather_targets(name, ids)
-            return [gather(view, phys).cpu() for view, gather in views]
+            if not (non_blocking and self.device.type == "cuda"):
+                return HostCopy([gather(view, phys).cpu() for view, gather in views])
+            out = HostCopy()
+            for view, gather in views:
+                part = gather(view, phys)
+                host = torch.empty(part.shape, dtype=part.dtype, pin_memory=True)
+                out.append(host.copy_(part, non_blocking=True))
+            out.event = torch.cuda.Event()
+            out.event.record()
+            return out
 
     def load_cpu_copy(self, name: str, copy: Sequence[torch.Tensor], ids: torch.Tensor) -> None:
-        """Write host copies made by :meth:`get_cpu_copy` back at these (live) virtual ids."""
+        """Write host copies made by :meth:`get_cpu_copy` back at these (live) virtual ids.
+
+        Every tensor's count, shape and dtype is checked before anything is written, so a
+        bad argument leaves the pool's bytes as they were.
+
+        Raises:
+            InvalidIdError: an id that is not live.
+            ArgumentError: a wrong number of tensors, or a tensor of the wrong shape/dtype.
+        """
         with self._lock:
+            self._check_usable()
             views, phys = self._gather_targets(name, ids)
-            if len(copy) != len(views):
-                raise ArgumentError(
-                    f"bad argument copy: {len(copy)} tensors, expected {len(views)}"
-                )
+            if not isinstance(copy, Sequence) or len(copy) != len(views):
+                got = len(copy) if isinstance(copy, Sequence) else type(copy).__name__
+                raise ArgumentError(f"bad argument copy: {got} tensors, expected {len(views)}")
+            spec = self._specs[self._idx(name)]
+            for n, ((view, _), src) in enumerate(zip(views, copy)):
+                want = _gathered_shape(view, phys.numel(), isinstance(spec, MambaSpec))
+                if (
+                    not isinstance(src, torch.Tensor)
+                    or tuple(src.shape) != want
+                    or src.dtype != view.dtype
+                ):
+                    desc = (
+                        f"shape {tuple(src.shape)} dtype {src.dtype}"
+                        if isinstance(src, torch.Tensor)
+                        else type(src).__name__
+                    )
+                    raise ArgumentError(
+                        f"bad argument copy[{n}]: {desc}, expected shape {want} dtype {view.dtype}"
+                    )
             for (view, _), src in zip(views, copy):
-                _scatter(view, phys, src.to(view.device), self._specs[self._idx(name)])
+                _scatter(view, phys, src.to(view.device), spec)
 
     def _gather_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
         i = self._idx(name)
         if self.device.type == "meta":
             raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
+        if self._deferred:
+            self._settle(wait=True)  # frees of device ids decide which ids are live
         alloc = self._allocators[i]
-        host = host_ids("ids", ids)
-        for t in host[: min(len(host), 1 << 20)]:
-            if (
-                not alloc.is_slot_allocated(int(t))
-                or int(t) < alloc.min_page_index * alloc.page_size
-            ):
-                raise ArgumentError(
-                    f"bad argument ids: virtual id {int(t)} of {name!r} is not live"
-                )
-        phys = alloc.translate_kv_loc(to_device(host.astype(np.int64), self._tables[i].device))
+        host = host_ids("ids", ids).astype(np.int64, copy=False)
+        bad = _not_live(host, self._arena.v2p(i), alloc.page_size, self.min_slot_index(name))
+        if bad is not None:
+            raise InvalidIdError(f"bad argument ids: virtual id {bad} of {name!r} is not live")
+        phys = alloc.translate_kv_loc(to_device(host, self._tables[i].device))
         spec = self._specs[i]
         if isinstance(spec, MambaSpec):
             conv, temporal = self._views[i]
@@ -468,6 +505,10 @@ class UnifiedKVPool:
                 )
         with self._lock:
             self._check_usable()
+            if not self.lazy:
+                # Eager pools hold no pages for a forward: retire what completed now, so
+                # an engine that never calls flush keeps no events (memory stays flat).
+                self._retire_locked()
             token = next(self._tokens)
             self._events[token] = event
             if out_cache_loc is not None:
@@ -677,6 +718,35 @@ class UnifiedKVPool:
 
     def __repr__(self) -> str:
         return f"UnifiedKVPool({self.summary()})"
+
+
+class HostCopy(list):
+    """What :meth:`UnifiedKVPool.get_cpu_copy` returns: a list of CPU tensors, plus
+    ``wait()`` for a non-blocking copy (a no-op otherwise)."""
+
+    event: Any = None
+
+    def wait(self) -> HostCopy:
+        """Wait until an asynchronous copy has landed; returns self."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self
+
+
+def _not_live(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> int | None:
+    """The first id that names no live slot (vectorised over every id), or None."""
+    pages = ids // page_size
+    ok = (ids >= min_slot) & (pages < len(v2p) - 1)
+    ok[ok] = v2p[pages[ok]] >= 0
+    if ok.all():
+        return None
+    return int(ids[int(np.argmin(ok))])
+
+
+def _gathered_shape(view: torch.Tensor, n: int, slots: bool) -> tuple[int, ...]:
+    if slots:  # [layer, slot, ...] gathered per slot: [n, layer, ...]
+        return (n, view.shape[0], *view.shape[2:])
+    return (n, *view.shape[2:])  # [page, token, ...] gathered per token
 
 
 def _token_gather(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
