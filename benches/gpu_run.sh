@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # One GPU session's work, run on the lent H200 from the repository root:
-#   bash benches/gpu_run.sh <wheel> <out-dir>
-# Installs the prebuilt abi3 wheel into a temporary directory (no Rust there), runs the
-# tests marked `gpu` on CUDA, then the kernel bench and the serving-step bench.
+#   bash benches/gpu_run.sh <wheel> <out-dir> [commit]
+# Installs the prebuilt abi3 wheel into a temporary directory (no Rust there) and, when
+# .gpu/peer/ was carried (benches/prepare_peer_wheels.sh), the SGLang peer; then runs the
+# tests on CUDA (those marked `gpu`, and the execution/hybrid/review suites with the pool on
+# CUDA), the allocator host-time comparison against SGLang, and the serving-step bench.
 set -uo pipefail
-wheel=$1; out=$2
+wheel=$1; out=$2; commit=${3:-unknown}
 d=$(mktemp -d) && python3 -m pip install -q --no-deps --target "$d" "$wheel" && export PYTHONPATH=$d
-export UKV_TEST_DEVICE=cuda PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 -c 'import torch, triton, ukv; print("torch", torch.__version__, "triton", triton.__version__, "ukv from", ukv.__file__)' | tee -a "$out/gpu.txt"
+python3 -c 'import torch, triton, numpy, ukv; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "ukv from", ukv.__file__)' | tee -a "$out/gpu.txt"
 start=$SECONDS
-python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log" | tail -15
+UKV_TEST_DEVICE=cuda python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log" | tail -4
+UKV_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_execution.py \
+  tests/test_hybrid.py tests/test_reliability_round2.py 2>&1 | tee -a "$out/gpu-tests.log" | tail -4
 echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
-python3 benches/bench_kernels.py --out "$out/kernels-h200.md" > "$out/kernels.log" 2>&1; tail -5 "$out/kernels.log"
-python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; tail -30 "$out/step.log"
-python3 benches/profile_cuda_host.py --out "$out/profile-cuda-host.txt" > /dev/null 2>&1; echo "host profile rc=$?"
+if [ -x .gpu/peer/install.sh ]; then
+  bash .gpu/peer/install.sh /tmp/peer > "$out/peer-install.log" 2>&1; tail -2 "$out/peer-install.log"
+  export PYTHONPATH=/tmp/peer:$PYTHONPATH
+fi
+timeout 300 python3 benches/bench_cuda_host.py --out "$out" --commit "$commit" > "$out/cuda-host.log" 2>&1
+grep -E "^\| " "$out/cuda-host.md" | head -40
+python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; grep -A6 "Host time" "$out/step-h200.md"
