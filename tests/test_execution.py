@@ -174,7 +174,7 @@ def test_a_failing_plan_poisons_the_pool(monkeypatch) -> None:
     def broken(*_a, **_k):
         raise RuntimeError("injected launch failure")
 
-    monkeypatch.setattr(pool._exec, "run", broken)
+    monkeypatch.setattr(pool, "_run", broken)
     with pytest.raises(ukv.PoolPoisonedError, match="injected launch failure"):
         fa.free(ids[:1])
     monkeypatch.undo()

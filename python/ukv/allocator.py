@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ class SubPoolAllocator:
         self._tables = pool._tables[index]
         self._lock = pool._lock
         self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
+        self._bind_core()
 
     # ----- tables ---------------------------------------------------------------------
 
@@ -81,7 +83,7 @@ class SubPoolAllocator:
         """Tokens ``alloc`` can take right now without compacting anything. Frees of
         device ids count once their ids have landed (applied here, never waited for)."""
         self._pool._check_usable()
-        if self._pool._deferred:
+        if self._pool._pending:
             self._settle()
         return int(self._core_available()) * self.page_size
 
@@ -92,7 +94,7 @@ class SubPoolAllocator:
     def schedulable_available_size(self) -> int:
         """Tokens ``alloc`` is guaranteed to get: also counts what an urgent flush of the
         neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds."""
-        if self._pool._deferred:
+        if self._pool._pending:
             self._settle()
         return int(self._core_schedulable()) * self.page_size
 
@@ -135,7 +137,7 @@ class SubPoolAllocator:
         n = _convert.count("need_size", need_size)
         pool = self._pool
         with self._lock:
-            if pool._deferred:
+            if pool._pending:
                 pool._settle()
             ids = self._core_alloc(n)
             if ids is None and pool._deferred.frees(self._index):
@@ -190,9 +192,7 @@ class SubPoolAllocator:
                 f"{int(seq.sum(dtype=np.int64) - pre.sum(dtype=np.int64))}"
             )
         host_last, dev_last = self._split_last_loc(last_loc, len(pre), host)
-        return self._alloc_tokens(
-            lambda: self._core_extend(pre, seq, host_last), dev_last, host
-        )
+        return self._alloc_tokens(lambda: self._core_extend(pre, seq, host_last), dev_last, host)
 
     def alloc_decode(
         self,
@@ -220,9 +220,7 @@ class SubPoolAllocator:
         del seq_lens
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
         host_last, dev_last = self._split_last_loc(last_loc, len(seq), host)
-        return self._alloc_tokens(
-            lambda: self._core_decode(seq, host_last), dev_last, host
-        )
+        return self._alloc_tokens(lambda: self._core_decode(seq, host_last), dev_last, host)
 
     def _alloc_tokens(
         self,
@@ -233,7 +231,7 @@ class SubPoolAllocator:
         """Run a token-level allocation and execute its plan (see :meth:`alloc`)."""
         pool = self._pool
         with self._lock:
-            if pool._deferred:
+            if pool._pending:
                 pool._settle()
             res = op()
             if res is None and pool._deferred.frees(self._index):
@@ -306,14 +304,14 @@ class SubPoolAllocator:
     def _free_with(self, core_free: Callable[[np.ndarray], None], free_index: object) -> None:
         """Free through ``core_free`` now (host ids) or once device ids have landed."""
         pool = self._pool
-        if type(free_index) is torch.Tensor and free_index.is_cuda and pool._ring is not None:
+        if pool._ring is not None and type(free_index) is torch.Tensor and free_index.is_cuda:
             pool._free_device_ids(self._index, free_index, core_free)
             return
         ids = _convert.host_ids("free_index", free_index)
         if ids.size == 0:
             return
         with self._lock:
-            if pool._deferred:
+            if pool._pending:
                 pool._settle()
             core_free(ids)
             pool._execute()
@@ -340,7 +338,7 @@ class SubPoolAllocator:
         pool, i = self._pool, self._index
         opening = kind == "group_begin"
         with self._lock:
-            if pool._deferred and pool._deferred.has_pool(i):
+            if pool._pending and pool._deferred.has_pool(i):
                 pool._check_usable()
                 if pool._group_open[i] == opening:
                     state = "already open" if opening else "not open"
@@ -357,27 +355,16 @@ class SubPoolAllocator:
 
     # ----- what the core does for this allocator (a composite overrides these) ----------
 
-    def _core_alloc(self, n: int) -> np.ndarray | None:
-        return self._arena.alloc(self._index, n)
-
-    def _core_extend(
-        self, pre: np.ndarray, seq: np.ndarray, last: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None] | None:
-        return self._arena.alloc_extend(self._index, pre, seq, last)
-
-    def _core_decode(
-        self, seq: np.ndarray, last: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None] | None:
-        return self._arena.alloc_decode(self._index, seq, last)
-
-    def _core_free(self, ids: np.ndarray) -> None:
-        self._arena.free(self._index, ids)
-
-    def _core_available(self) -> int:
-        return self._arena.available_pages(self._index)
-
-    def _core_schedulable(self) -> int:
-        return self._arena.schedulable_pages(self._index)
+    def _bind_core(self) -> None:
+        """What the core does for this allocator, as C-level partials (the hot paths call
+        them without a Python frame). A composite rebinds them to its joint operations."""
+        a, i = self._arena, self._index
+        self._core_alloc: Callable[[int], np.ndarray | None] = partial(a.alloc, i)
+        self._core_extend: Callable[..., Any] = partial(a.alloc_extend, i)
+        self._core_decode: Callable[..., Any] = partial(a.alloc_decode, i)
+        self._core_free: Callable[[np.ndarray], None] = partial(a.free, i)
+        self._core_available: Callable[[], int] = partial(a.available_pages, i)
+        self._core_schedulable: Callable[[], int] = partial(a.schedulable_pages, i)
 
     def _core_group(self, kind: str) -> Callable[[object], None]:
         """Open or close the free group of every sub-pool this allocator frees on."""
@@ -391,7 +378,7 @@ class SubPoolAllocator:
         still in flight are applied first (waiting for them if they must)."""
         pool = self._pool
         with self._lock:
-            if pool._deferred:
+            if pool._pending:
                 pool._settle(wait=True)
             self._arena.clear(self._index)
             pool._execute()

@@ -162,8 +162,10 @@ class UnifiedKVPool:
         self._store_fast: dict[str, list[StoreLauncher | None]] = {}
         self._poisoned: str | None = None
         self._exec = make_executor(self.raw, self._arena, self._tables, self._info, self._wait)
+        self._run = self._exec.run
         # Frees of device ids (and group boundaries behind them) not applied yet.
         self._deferred = DeferredQueue(len(self._specs))
+        self._pending = self._deferred._q  # a deque: its truth test is the hot-path check
         self._group_open = [False] * len(self._specs)
         self._gpu_waits = 0
         self._cuda_index = self.device.index if self.device.type == "cuda" else -1
@@ -414,7 +416,7 @@ class UnifiedKVPool:
         i = self._idx(name)
         if self.device.type == "meta":
             raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
-        if self._deferred:
+        if self._pending:
             self._settle(wait=True)  # frees of device ids decide which ids are live
         alloc = self._allocators[i]
         host = host_ids("ids", ids).astype(np.int64, copy=False)
@@ -449,7 +451,7 @@ class UnifiedKVPool:
         with self._lock:
             self._check_usable()
             self._retire_locked()
-            if self._deferred:
+            if self._pending:
                 self._settle(wait=bool(urgent))
             if not self.lazy:
                 return 0
@@ -547,8 +549,8 @@ class UnifiedKVPool:
         try:
             if self._cuda_index >= 0 and torch._C._cuda_getDevice() != self._cuda_index:
                 with torch.cuda.device(self._cuda_index):
-                    return self._exec.run(want_ids, last)
-            return self._exec.run(want_ids, last)
+                    return self._run(want_ids, last)
+            return self._run(want_ids, last)
         except BaseException as exc:  # any failure: tables and bytes may now disagree
             raise self._poison(f"executing a plan failed: {exc!r}") from exc
 
@@ -657,7 +659,7 @@ class UnifiedKVPool:
         ids that have landed first (never waits)."""
         with self._lock:  # one consistent snapshot, not fields of different moments
             self._check_usable()
-            if self._deferred:
+            if self._pending:
                 self._settle()
             return self._stats_locked()
 

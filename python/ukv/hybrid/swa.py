@@ -12,6 +12,7 @@ guarantees both sides fit.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -61,26 +62,21 @@ class SWAHybridAllocator(SubPoolAllocator):
         super().__init__(pool, f)
         self._swa = s
         self.swa = pool.allocator(swa)
+        self._bind_core()
 
     # ----- the two sides ----------------------------------------------------------------
 
-    def _core_alloc(self, n: int) -> np.ndarray | None:
-        return self._arena.swa_alloc(self._index, self._swa, n)
-
-    def _core_extend(self, pre, seq, last):  # type: ignore[no-untyped-def]
-        return self._arena.swa_alloc_extend(self._index, self._swa, pre, seq, last)
-
-    def _core_decode(self, seq, last):  # type: ignore[no-untyped-def]
-        return self._arena.swa_alloc_decode(self._index, self._swa, seq, last)
-
-    def _core_free(self, ids: np.ndarray) -> None:
-        self._arena.swa_free(self._index, self._swa, ids)
-
-    def _core_available(self) -> int:
-        return self._arena.joint_available_pages(self._index, self._swa)
-
-    def _core_schedulable(self) -> int:
-        return self._arena.joint_schedulable_pages(self._index, self._swa)
+    def _bind_core(self) -> None:
+        super()._bind_core()
+        if not hasattr(self, "_swa"):
+            return  # called by the base constructor; rebound once the pair is known
+        a, f, s = self._arena, self._index, self._swa
+        self._core_alloc = partial(a.swa_alloc, f, s)
+        self._core_extend = partial(a.swa_alloc_extend, f, s)
+        self._core_decode = partial(a.swa_alloc_decode, f, s)
+        self._core_free = partial(a.swa_free, f, s)
+        self._core_available = partial(a.joint_available_pages, f, s)
+        self._core_schedulable = partial(a.joint_schedulable_pages, f, s)
 
     def _core_group(self, kind: str) -> Callable[[object], None]:
         f, s, arena = self._index, self._swa, self._arena
