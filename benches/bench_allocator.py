@@ -854,6 +854,8 @@ def _mem_gib() -> str:
 
 
 def _ukv_commit() -> str:
+    if os.environ.get("UKV_COMMIT"):  # set by benches/gpu_run.sh: a copied tree's git may be stale
+        return os.environ["UKV_COMMIT"]
     repo = HERE.parent
     sha = _sh(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"])
     dirty = _sh(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])

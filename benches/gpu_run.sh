@@ -20,6 +20,6 @@ if [ -x .gpu/peer/install.sh ]; then
   bash .gpu/peer/install.sh /tmp/peer > "$out/peer-install.log" 2>&1; tail -2 "$out/peer-install.log"
   export PYTHONPATH=/tmp/peer:$PYTHONPATH
 fi
-timeout 300 python3 benches/bench_cuda_host.py --out "$out" --commit "$commit" > "$out/cuda-host.log" 2>&1
+UKV_COMMIT=$commit timeout 300 python3 benches/bench_cuda_host.py --out "$out" --commit "$commit" > "$out/cuda-host.log" 2>&1
 grep -E "^\| " "$out/cuda-host.md" | head -40
 python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; grep -A6 "Host time" "$out/step-h200.md"
