@@ -1,14 +1,15 @@
 //! The arena: one byte range shared by sub-pools that grow from its two ends.
 //!
-//! The arena is a chain of bands, lowest bytes first. Today the chain holds a grow-up
-//! sub-pool at the low end and a grow-down sub-pool at the high end; a middle band can be
-//! added later without changing either end, because every check below goes through a
-//! band's neighbours in the chain (`limit_above` / `limit_below`), never through "the other
-//! pool".
+//! The arena is a chain of bands, lowest bytes first: a grow-up sub-pool at the low end, a
+//! grow-down sub-pool at the high end, and optionally one middle band floating between them
+//! (see [`crate::middle`] for how it grows and slides). Every check goes through a band's
+//! neighbours in the chain (`limit_above` / `limit_below`), never through "the other pool";
+//! an empty middle band is transparent (the two ends are then each other's neighbours).
 //!
 //! The frontier rule, `high_byte(band i) <= low_byte(band i + 1)`, is checked in exact bytes
 //! on every physical take, eager or lazy, in both directions.
 
+use crate::capacity::{slot_of, Band, Bands};
 use crate::error::{Result, UkvError};
 use crate::geometry::{reserved_floor, Direction, Geometry, PoolSpec};
 use crate::lazy::FlushMode;
@@ -26,7 +27,7 @@ pub const DEFAULT_MAX_MOVES_PER_FLUSH: usize = 4096;
 pub struct ArenaConfig {
     /// Bytes of the shared buffer.
     pub total_bytes: u64,
-    /// The sub-pools: one growing up and one growing down.
+    /// The sub-pools: one growing up and one growing down, plus at most one middle band.
     pub pools: Vec<PoolSpec>,
     /// Lazy compaction (holes + flush) instead of eager compaction at free time.
     pub lazy: bool,
@@ -68,17 +69,23 @@ fn links_of(chain: &[usize], n: usize) -> Vec<Links> {
 /// The two-ended arena: sub-pools, their frontier, and the plan of the last operation.
 #[derive(Debug, Clone)]
 pub struct Arena {
-    total_bytes: u64,
+    pub(crate) total_bytes: u64,
     floor: u64,
-    pools: Vec<SubPool>,
+    pub(crate) pools: Vec<SubPool>,
     /// Pool indices in band order, lowest bytes first.
     chain: Vec<usize>,
-    /// Each pool's neighbours in the chain (derived from `chain` once: hot-path lookups).
+    /// Each pool's neighbours in the chain (hot-path lookups). Derived from `chain`, and
+    /// re-derived for the two ends whenever the middle band opens or empties.
     links: Vec<Links>,
-    plan: Plan,
-    latest: Option<u64>,
+    /// The middle band's pool, if the arena has one.
+    pub(crate) middle: Option<usize>,
+    /// The plan may list a table row twice with different values (a pool was compacted
+    /// and then bound in one operation): `finish_plan` keeps each row once.
+    pub(crate) dedupe: bool,
+    pub(crate) plan: Plan,
+    pub(crate) latest: Option<u64>,
     max_moves: usize,
-    scratch: Vec<i64>,
+    pub(crate) scratch: Vec<i64>,
 }
 
 impl Arena {
@@ -114,17 +121,45 @@ impl Arena {
             .zip(geos)
             .map(|(s, g)| SubPool::new(s, g, cfg.lazy))
             .collect::<Result<_>>()?;
-        Ok(Arena {
+        let middle = pools
+            .iter()
+            .position(|p| p.geo.direction == Direction::Middle);
+        let mut arena = Arena {
             total_bytes: cfg.total_bytes,
             floor,
             plan: Plan::with_pools(pools.len()),
             links: links_of(&chain, pools.len()),
+            middle,
+            dedupe: false,
             pools,
             chain,
             latest: None,
             max_moves: cfg.max_moves_per_flush,
             scratch: Vec::new(),
-        })
+        };
+        arena.relink();
+        Ok(arena)
+    }
+
+    /// Point the two ends at each other while the middle band is empty (it is transparent
+    /// then), and at the middle band while it holds pages. No-op without a middle band.
+    #[inline]
+    pub(crate) fn relink(&mut self) {
+        let Some(m) = self.middle else { return };
+        let (up, down) = (self.chain[0], self.chain[2]);
+        let open = self.pools[m].span_pages() > 0;
+        self.links[up].above = Some(if open { m } else { down });
+        self.links[down].below = Some(if open { m } else { up });
+    }
+
+    /// The neighbour of pool `i` in the chain above it (higher bytes), as linked now.
+    pub(crate) fn above(&self, i: usize) -> Option<usize> {
+        self.links[i].above
+    }
+
+    /// The neighbour of pool `i` in the chain below it (lower bytes), as linked now.
+    pub(crate) fn below(&self, i: usize) -> Option<usize> {
+        self.links[i].below
     }
 
     /// Bytes of the shared buffer.
@@ -194,6 +229,14 @@ impl Arena {
         match p.geo.direction {
             Direction::Up => self.limit_above(i).saturating_sub(p.high_byte()),
             Direction::Down => p.low_byte().saturating_sub(self.limit_below(i)),
+            // A middle band grows into the gaps on both of its sides.
+            Direction::Middle if p.span_pages() == 0 => {
+                self.limit_above(i).saturating_sub(self.limit_below(i))
+            }
+            Direction::Middle => {
+                self.limit_above(i).saturating_sub(p.high_byte())
+                    + p.low_byte().saturating_sub(self.limit_below(i))
+            }
         }
     }
 
@@ -201,6 +244,9 @@ impl Arena {
     /// an out-of-range `i`).
     pub fn available_pages(&self, i: usize) -> i64 {
         let Some(p) = self.pools.get(i) else { return 0 };
+        if self.middle.is_some() {
+            return p.holes.len() as i64 + self.bands(|_| false).room(slot_of(p.geo.direction));
+        }
         p.holes.len() as i64 + self.extension_room(i, 0)
     }
 
@@ -210,10 +256,29 @@ impl Arena {
         if i >= self.pools.len() {
             return 0;
         }
+        if self.middle.is_some() {
+            // An allocation flushes the other bands urgently (the middle one by packing it
+            // as it slides): every pool but `i` counts as packed.
+            let slot = slot_of(self.pools[i].geo.direction);
+            let packed = self.bands(|j| j != i).room(slot);
+            return self
+                .available_pages(i)
+                .max(self.pools[i].holes.len() as i64 + packed);
+        }
         let extra = self
             .growth_neighbour(i)
             .map_or(0, |n| self.drainable_bytes(n));
         self.pools[i].holes.len() as i64 + self.extension_room(i, extra)
+    }
+
+    /// A snapshot of every band, those for which `packed(pool)` holds packed down to their
+    /// live pages.
+    pub(crate) fn bands(&self, packed: impl Fn(usize) -> bool) -> Bands {
+        let mut bands = Bands::new(self.total_bytes);
+        for (j, p) in self.pools.iter().enumerate() {
+            bands.set(slot_of(p.geo.direction), Band::of(p, packed(j)));
+        }
+        bands
     }
 
     fn drainable_bytes(&self, n: usize) -> u64 {
@@ -248,26 +313,28 @@ impl Arena {
         }
     }
 
-    /// The band that pool `i` grows towards.
+    /// The band that pool `i` grows towards (two-band arenas).
     #[inline]
     fn growth_neighbour(&self, i: usize) -> Option<usize> {
         match self.pools[i].geo.direction {
             Direction::Up => self.links[i].above,
             Direction::Down => self.links[i].below,
+            Direction::Middle => None,
         }
     }
 
-    /// Whether pool `i` may advance its watermark by `n` fresh pages (the frontier rule).
+    /// Whether pool `i` may take `n` fresh pages where its band stands now, without moving
+    /// any other band (the frontier rule, exact in bytes).
     #[inline(always)]
-    fn can_extend(&self, i: usize, n: i64) -> bool {
+    pub(crate) fn can_extend(&self, i: usize, n: i64) -> bool {
         let p = &self.pools[i];
-        if n > p.index_room() {
-            return false;
-        }
         let pb = p.geo.page_bytes;
         match p.geo.direction {
-            Direction::Up => (p.wm + n) as u64 * pb <= self.limit_above(i),
-            Direction::Down => (p.wm - n + 1) as u64 * pb >= self.limit_below(i),
+            Direction::Up => n <= p.index_room() && (p.wm + n) as u64 * pb <= self.limit_above(i),
+            Direction::Down => {
+                n <= p.index_room() && (p.wm - n + 1) as u64 * pb >= self.limit_below(i)
+            }
+            Direction::Middle => n <= self.middle_room_now(i),
         }
     }
 
@@ -306,7 +373,7 @@ impl Arena {
     pub fn alloc(&mut self, i: usize, num_pages: usize) -> Result<bool> {
         self.require_owner(i, "alloc")?;
         self.plan.reset();
-        let ok = if num_pages == 1 {
+        let ok = if num_pages == 1 && self.middle != Some(i) {
             self.alloc_one(i)
         } else {
             let ok = self.alloc_pages(i, num_pages);
@@ -346,6 +413,12 @@ impl Arena {
     /// [`UkvError::Argument`] when `num_tokens` is negative or not a page multiple.
     pub fn alloc_tokens(&mut self, i: usize, num_tokens: i64) -> Result<bool> {
         self.require_owner(i, "alloc")?;
+        let pages = self.pages_of_tokens(i, num_tokens)?;
+        self.alloc(i, pages)
+    }
+
+    /// `num_tokens` as whole pages of pool `i`, or an argument error.
+    pub(crate) fn pages_of_tokens(&self, i: usize, num_tokens: i64) -> Result<usize> {
         let ps = self.pools[i].geo.page_size as i64;
         if num_tokens < 0 || num_tokens % ps != 0 {
             return Err(UkvError::Argument {
@@ -354,7 +427,7 @@ impl Arena {
                 reason: format!("must be a non-negative multiple of page_size {ps}"),
             });
         }
-        self.alloc(i, (num_tokens / ps) as usize)
+        Ok((num_tokens / ps) as usize)
     }
 
     /// Bind caller-given virtual pages (minted by the owner) on non-owner pool `i`.
@@ -392,6 +465,15 @@ impl Arena {
         if n > self.pools[i].free_ids.len() || !self.make_room(i, n as i64) {
             return false;
         }
+        self.take_ids(i, n);
+        self.bind_pages(i);
+        true
+    }
+
+    /// Move the first `n` free ids of owner pool `i` (there are that many) to the plan's
+    /// pages.
+    #[inline]
+    pub(crate) fn take_ids(&mut self, i: usize, n: usize) {
         let (free_ids, pages) = (&mut self.pools[i].free_ids, &mut self.plan.pages);
         if n <= SMALL_BATCH {
             // `drain` costs more than the copy itself for a handful of ids.
@@ -409,8 +491,6 @@ impl Arena {
             pages.extend_from_slice(&back[..n - k]);
             free_ids.drain(..n);
         }
-        self.bind_pages(i);
-        true
     }
 
     /// Make sure `n` pages can be taken from pool `i`, flushing its neighbour urgently
@@ -424,6 +504,9 @@ impl Arena {
     /// that is enough.
     #[inline(never)]
     fn make_room_by_flushing(&mut self, i: usize, n: i64) -> bool {
+        if self.middle.is_some() {
+            return self.make_room_with_middle(i, n);
+        }
         if n > self.schedulable_pages(i) {
             return false;
         }
@@ -442,7 +525,10 @@ impl Arena {
     }
 
     /// Bind `plan.pages` on pool `i`: holes first (FIFO), then a fresh ascending extension.
-    fn bind_pages(&mut self, i: usize) {
+    pub(crate) fn bind_pages(&mut self, i: usize) {
+        if self.middle == Some(i) {
+            return self.bind_middle(i);
+        }
         let n = self.plan.pages.len() as i64;
         let n_holes = (self.pools[i].holes.len() as i64).min(n);
         // `make_room` ran the exact frontier check on this very state just before.
@@ -456,7 +542,7 @@ impl Arena {
     }
 
     /// Expand the plan's pages of pool `i` into tokens, ascending inside each page.
-    fn expand_tokens(&mut self, i: usize) {
+    pub(crate) fn expand_tokens(&mut self, i: usize) {
         let ps = self.pools[i].geo.page_size as i64;
         let plan = &mut self.plan;
         if ps == 1 {
@@ -482,6 +568,9 @@ impl Arena {
     /// debug builds check them against the tables.
     #[inline]
     pub(crate) fn finish_plan(&mut self) {
+        if self.middle.is_some() || self.dedupe {
+            self.finish_slow_plan();
+        }
         debug_assert!(
             self.pools
                 .iter()
@@ -489,6 +578,18 @@ impl Arena {
                 .all(|(pool, plan)| plan.values_match(&pool.v2p, &pool.p2v)),
             "plan values out of sync with the tables"
         );
+    }
+
+    /// The rare end-of-operation work: keep each changed table row once (after a pool was
+    /// compacted and bound in one operation) and relink the ends around the middle band.
+    #[inline(never)]
+    fn finish_slow_plan(&mut self) {
+        if std::mem::take(&mut self.dedupe) {
+            for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
+                plan.dedupe_rows(&pool.v2p, &pool.p2v);
+            }
+        }
+        self.relink();
     }
 
     // ----- free -------------------------------------------------------------------------
@@ -622,7 +723,7 @@ impl Arena {
         Ok(moves)
     }
 
-    fn flush_one(&mut self, i: usize, urgent: bool) -> usize {
+    pub(crate) fn flush_one(&mut self, i: usize, urgent: bool) -> usize {
         let mode = FlushMode {
             urgent,
             max_moves: self.max_moves,
@@ -661,15 +762,22 @@ impl Arena {
 
     // ----- misc -------------------------------------------------------------------------
 
-    /// Free everything on pool `i`. The plan marks the pool's tables as rewritten whole.
+    /// Free everything on pool `i`, and the bindings every pool holds on `i`'s ids (a SWA
+    /// side is cleared with its full side: no binding outlives the id it binds). The plan
+    /// marks each cleared pool's tables as rewritten whole.
     ///
     /// # Errors
     /// [`UkvError::Argument`] for a bad pool index.
     pub fn clear(&mut self, i: usize) -> Result<()> {
         self.check_pool(i)?;
         self.plan.reset();
-        self.pools[i].clear();
-        self.plan.pools[i].reset = true;
+        for j in 0..self.pools.len() {
+            if j == i || self.pools[j].owner == Some(i) {
+                self.pools[j].clear();
+                self.plan.pools[j].reset = true;
+            }
+        }
+        self.relink();
         Ok(())
     }
 
@@ -693,11 +801,11 @@ fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
         value,
         reason: reason.to_string(),
     };
-    if pools.is_empty() || pools.len() > 2 {
+    if pools.is_empty() || pools.len() > 3 {
         return Err(config(
             "pools",
             pools.len().to_string(),
-            "need one or two sub-pools (a middle band for N > 2 is not implemented yet)",
+            "need one or two sub-pools, or three with a middle band between them",
         ));
     }
     for (i, p) in pools.iter().enumerate() {
@@ -735,12 +843,24 @@ fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
     let downs: Vec<usize> = (0..pools.len())
         .filter(|&i| pools[i].direction == Direction::Down)
         .collect();
-    if ups.len() > 1 || downs.len() > 1 {
+    let middles: Vec<usize> = (0..pools.len())
+        .filter(|&i| pools[i].direction == Direction::Middle)
+        .collect();
+    let ends_ok = ups.len() <= 1 && downs.len() <= 1;
+    let middle_ok =
+        middles.is_empty() || (middles.len() == 1 && ups.len() == 1 && downs.len() == 1);
+    if !ends_ok || !middle_ok {
         return Err(config(
             "grow",
-            format!("{} up, {} down", ups.len(), downs.len()),
-            "need exactly one grow-up and one grow-down sub-pool",
+            format!(
+                "{} up, {} middle, {} down",
+                ups.len(),
+                middles.len(),
+                downs.len()
+            ),
+            "need at most one grow-up and one grow-down sub-pool, and a middle band only \
+             between both",
         ));
     }
-    Ok(ups.into_iter().chain(downs).collect())
+    Ok(ups.into_iter().chain(middles).chain(downs).collect())
 }

@@ -18,6 +18,10 @@ pub enum Direction {
     Up,
     /// Hands out pages `num_pages - 1, num_pages - 2, ...` from the high end.
     Down,
+    /// Floats between the grow-up and the grow-down band (an arena has at most one): its
+    /// band `[base, watermark)` grows at either end and slides when an end band needs its
+    /// bytes (see `crate::middle`).
+    Middle,
 }
 
 /// What the caller declares about one sub-pool.

@@ -28,10 +28,13 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod arena;
+mod capacity;
+mod composite;
 mod error;
 mod geometry;
 mod invariants;
 mod lazy;
+mod middle;
 mod paged;
 mod plan;
 mod subpool;

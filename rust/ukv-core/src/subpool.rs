@@ -50,8 +50,13 @@ pub struct SubPool {
     pub(crate) v2p: Vec<i64>,
     /// `num_pages + 1` rows; the last row is a tombstone sentinel.
     pub(crate) p2v: Vec<i64>,
-    /// Up: first free page (band `[min, wm)`). Down: highest free page (band `(wm, num_pages)`).
+    /// Up and middle: first free page (band `[base, wm)`). Down: highest free page (band
+    /// `(wm, num_pages)`).
     pub(crate) wm: i64,
+    /// Up and middle: first page of the band. Fixed at `min_page_index` for a grow-up pool;
+    /// a middle band moves it (it grows, is absorbed or slides at its low end). Unused by a
+    /// grow-down pool.
+    pub(crate) base: i64,
     /// Live virtual pages.
     pub(crate) live: usize,
     /// Free virtual page ids (owners only): alloc takes the front, free appends at the back.
@@ -93,6 +98,7 @@ impl SubPool {
             v2p: table(spec, virt + 1, TOMBSTONE)?,
             p2v: table(spec, geo.num_pages as usize + 1, TOMBSTONE)?,
             wm: 0,
+            base: geo.min_page_index,
             live: 0,
             free_ids,
             holes: VecDeque::new(),
@@ -113,8 +119,10 @@ impl SubPool {
 
     /// Forget every allocation: all ids free, tables reset, watermark at the start.
     pub(crate) fn clear(&mut self) {
+        // An empty middle band has no place; it is anchored again at its next allocation.
+        self.base = self.geo.min_page_index;
         self.wm = match self.geo.direction {
-            Direction::Up => self.geo.min_page_index,
+            Direction::Up | Direction::Middle => self.base,
             Direction::Down => self.geo.num_pages - 1,
         };
         self.v2p.fill(TOMBSTONE);
@@ -198,7 +206,7 @@ impl SubPool {
     /// Pages of the band between the floor (or top) and the watermark: live + holes + pending.
     pub fn span_pages(&self) -> i64 {
         match self.geo.direction {
-            Direction::Up => self.wm - self.geo.min_page_index,
+            Direction::Up | Direction::Middle => self.wm - self.base,
             Direction::Down => self.geo.num_pages - 1 - self.wm,
         }
     }
@@ -206,7 +214,7 @@ impl SubPool {
     /// Lowest byte of the band (inclusive). Equals `high_byte` when the band is empty.
     pub fn low_byte(&self) -> u64 {
         match self.geo.direction {
-            Direction::Up => self.geo.page_start(self.geo.min_page_index),
+            Direction::Up | Direction::Middle => self.geo.page_start(self.base),
             Direction::Down => self.geo.page_start(self.wm + 1),
         }
     }
@@ -214,15 +222,16 @@ impl SubPool {
     /// One past the highest byte of the band.
     pub fn high_byte(&self) -> u64 {
         match self.geo.direction {
-            Direction::Up => self.geo.page_start(self.wm),
+            Direction::Up | Direction::Middle => self.geo.page_start(self.wm),
             Direction::Down => self.geo.page_start(self.geo.num_pages),
         }
     }
 
-    /// Pages the watermark can still advance by in the index space alone.
+    /// Pages the watermark can still advance by in the index space alone (a middle band:
+    /// at its top end).
     pub(crate) fn index_room(&self) -> i64 {
         match self.geo.direction {
-            Direction::Up => self.geo.num_pages - self.wm,
+            Direction::Up | Direction::Middle => self.geo.num_pages - self.wm,
             Direction::Down => self.wm + 1 - self.geo.min_page_index,
         }
     }
@@ -231,7 +240,7 @@ impl SubPool {
     #[inline]
     pub(crate) fn in_band(&self, p: i64) -> bool {
         match self.geo.direction {
-            Direction::Up => p >= self.geo.min_page_index && p < self.wm,
+            Direction::Up | Direction::Middle => p >= self.base && p < self.wm,
             Direction::Down => p > self.wm && p < self.geo.num_pages,
         }
     }
@@ -256,7 +265,7 @@ impl SubPool {
         page < self.geo.num_virtual_pages && self.v2p[page as usize] != TOMBSTONE
     }
 
-    fn next_mark_gen(&mut self) -> u32 {
+    pub(crate) fn next_mark_gen(&mut self) -> u32 {
         self.mark_gen = self.mark_gen.wrapping_add(1);
         if self.mark_gen == 0 {
             self.marks.fill(0);
@@ -532,7 +541,7 @@ impl SubPool {
     }
 
     #[inline(always)]
-    fn group_contains(&self, page: i64) -> bool {
+    pub(crate) fn group_contains(&self, page: i64) -> bool {
         self.group.as_ref().is_some_and(|g| g.set.contains(&page))
     }
 
@@ -566,7 +575,7 @@ impl SubPool {
     pub(crate) fn bind_extension(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let n = vpages.len() as i64;
         let start = match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 let s = self.wm;
                 self.wm += n;
                 s
@@ -576,6 +585,20 @@ impl SubPool {
                 self.wm + 1
             }
         };
+        self.bind_run(start, vpages, plan);
+    }
+
+    /// Middle band: grow at the low end, binding `vpages[i]` to the i-th of the fresh pages
+    /// just below the base, ascending. The arena has checked the frontier below.
+    pub(crate) fn bind_below(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
+        self.base -= vpages.len() as i64;
+        self.bind_run(self.base, vpages, plan);
+    }
+
+    /// Bind `vpages[i]` to fresh page `start + i`.
+    #[inline(always)]
+    fn bind_run(&mut self, start: i64, vpages: &[i64], plan: &mut PoolPlan) {
+        let n = vpages.len() as i64;
         if vpages.len() <= SMALL_BATCH {
             // A few pages: element-wise beats four `memcpy` calls.
             for (p, &v) in (start..).zip(vpages) {
@@ -603,7 +626,7 @@ impl SubPool {
         let p = match self.holes.pop_front() {
             Some(h) => h,
             None => match self.geo.direction {
-                Direction::Up => {
+                Direction::Up | Direction::Middle => {
                     self.wm += 1;
                     self.wm - 1
                 }
@@ -658,7 +681,7 @@ impl SubPool {
                 freed.push(p);
             };
             match self.geo.direction {
-                Direction::Up => {
+                Direction::Up | Direction::Middle => {
                     let new_wm = self.wm - k;
                     for &v in vpages {
                         let p = unbind(v);
@@ -716,7 +739,7 @@ impl SubPool {
             return;
         }
         let last = match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 self.wm -= 1;
                 self.wm
             }
@@ -751,7 +774,7 @@ impl SubPool {
         }
         // The vacated stretch `[lo, hi)`.
         let (lo, hi) = match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 let new_wm = self.wm - k;
                 let band = (new_wm, self.wm);
                 self.wm = new_wm;

@@ -47,7 +47,7 @@ impl Cfg {
     fn specs(&self) -> Vec<PoolSpec> {
         let dir1 = match self.dir0 {
             Direction::Up => Direction::Down,
-            Direction::Down => Direction::Up,
+            Direction::Down | Direction::Middle => Direction::Up,
         };
         vec![
             PoolSpec {
@@ -719,10 +719,15 @@ impl Model {
         }
     }
 
+    /// Clearing an owner also clears the pool that binds its ids.
     fn clear(&mut self, i: usize) -> Pred {
-        self.pools[i].clear();
         let mut pred = Pred::ok(1);
-        pred.reset[i] = true;
+        for j in 0..self.pools.len() {
+            if j == i || (i == 0 && !self.pools[j].owner) {
+                self.pools[j].clear();
+                pred.reset[j] = true;
+            }
+        }
         pred
     }
 }
@@ -1173,7 +1178,9 @@ impl Harness {
             Op::Clear(pool) => {
                 let i = pool as usize % 2;
                 self.call(Call::Clear(i)).unwrap();
-                self.batches.retain(|b| b.pool != i);
+                let both = i == 0 && self.swa;
+                self.batches
+                    .retain(|b| b.pool != i && !(both && b.pool == 1));
             }
         }
     }
