@@ -13,8 +13,10 @@ use crate::capacity::{slot_of, Band, Bands};
 use crate::error::{Result, UkvError};
 use crate::geometry::{reserved_floor, Direction, Geometry, PoolSpec};
 use crate::lazy::FlushMode;
+use std::collections::HashSet;
+
 use crate::plan::Plan;
-use crate::subpool::{FreeGroup, SubPool};
+use crate::subpool::{FreeGroup, SubPool, TOMBSTONE};
 
 /// Batches up to this many ids use element-wise deque operations instead of bulk ones.
 pub(crate) const SMALL_BATCH: usize = 8;
@@ -115,12 +117,17 @@ impl Arena {
                 geos[i].min_virtual_page = geos[owner].min_page_index;
             }
         }
-        let pools: Vec<SubPool> = cfg
+        let mut pools: Vec<SubPool> = cfg
             .pools
             .iter()
             .zip(geos)
             .map(|(s, g)| SubPool::new(s, g, cfg.lazy))
             .collect::<Result<_>>()?;
+        for spec in &cfg.pools {
+            if let Some(owner) = spec.id_owner {
+                pools[owner].dependents = true;
+            }
+        }
         let middle = pools
             .iter()
             .position(|p| p.geo.direction == Direction::Middle);
@@ -245,7 +252,9 @@ impl Arena {
     pub fn available_pages(&self, i: usize) -> i64 {
         let Some(p) = self.pools.get(i) else { return 0 };
         if self.middle.is_some() {
-            return p.holes.len() as i64 + self.bands(|_| false).room(slot_of(p.geo.direction));
+            // An end band's allocation may slide the middle band, which packs it.
+            let bands = self.bands(|j| self.middle == Some(j) && j != i);
+            return p.holes.len() as i64 + bands.room(slot_of(p.geo.direction));
         }
         p.holes.len() as i64 + self.extension_room(i, 0)
     }
@@ -434,18 +443,19 @@ impl Arena {
     /// Returns false, with nothing changed, when they do not fit.
     ///
     /// # Errors
-    /// [`UkvError::Argument`] for an owner pool, or a page already bound or repeated;
-    /// [`UkvError::InvalidId`] for a page outside the owner's id space.
+    /// [`UkvError::Argument`] for an owner pool, or a page already bound, repeated, or not
+    /// live on the owner; [`UkvError::InvalidId`] for a page outside the owner's id space.
     pub fn alloc_with_virtual(&mut self, i: usize, pages: &[i64]) -> Result<bool> {
         self.check_pool(i)?;
-        if self.pools[i].owner.is_none() {
+        let Some(owner) = self.pools[i].owner else {
             return Err(UkvError::Argument {
                 arg: "pool",
                 value: self.pools[i].name.clone(),
                 reason: "alloc_with_virtual needs a sub-pool that binds another pool's ids".into(),
             });
-        }
-        self.pools[i].check_bindable(pages)?;
+        };
+        let (o, p) = two_pools(&mut self.pools, owner, i);
+        p.check_bindable(pages, o)?;
         self.plan.reset();
         let ok = self.make_room(i, pages.len() as i64);
         if ok {
@@ -596,7 +606,8 @@ impl Arena {
 
     /// Free the pages of these virtual tokens on pool `i` (a page goes when any of its
     /// tokens is named). Eager mode compacts at once; lazy mode leaves holes. Inside a free
-    /// group the pages are only queued.
+    /// group the pages are only queued. On an owner whose ids another pool binds (the full
+    /// side of a SWA pair), a page released here is released there too.
     ///
     /// # Errors
     /// [`UkvError::InvalidId`] for a negative, reserved or out-of-range id;
@@ -604,6 +615,9 @@ impl Arena {
     /// Nothing changes on error.
     pub fn free(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
         self.check_pool(i)?;
+        if self.pools[i].dependents {
+            return self.free_with_dependents(i, tokens);
+        }
         if let [t] = *tokens {
             if self.pools[i].group.is_none() {
                 return self.free_one(i, t);
@@ -642,6 +656,61 @@ impl Arena {
         self.scratch = pages;
         self.finish_plan();
         Ok(())
+    }
+
+    /// [`Arena::free`] on an owner whose ids another pool binds: the same checks, and each
+    /// page released on the owner is released on the pools that bind it too, in one plan.
+    #[inline(never)]
+    fn free_with_dependents(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
+        let mut pages = std::mem::take(&mut self.scratch);
+        let checked = self.pools[i].pages_to_free(tokens, &mut pages);
+        if checked.is_err() {
+            self.scratch = pages;
+            return checked;
+        }
+        self.plan.reset();
+        match self.pools[i].group.as_mut() {
+            Some(group) => {
+                group.set.extend(pages.iter().copied());
+                group.pages.extend_from_slice(&pages);
+            }
+            None => self.release_everywhere(i, &pages),
+        }
+        self.scratch = pages;
+        self.finish_plan();
+        Ok(())
+    }
+
+    /// Release validated live pages of owner `i`, and first release them on every pool
+    /// that binds them (taking them out of that pool's open free group if they are queued
+    /// there): no pool keeps a binding of an id its owner no longer holds.
+    pub(crate) fn release_everywhere(&mut self, i: usize, pages: &[i64]) {
+        for j in 0..self.pools.len() {
+            if self.pools[j].owner != Some(i) {
+                continue;
+            }
+            let dep = &mut self.pools[j];
+            let bound: Vec<i64> = pages
+                .iter()
+                .copied()
+                .filter(|&v| dep.v2p[v as usize] != TOMBSTONE)
+                .collect();
+            if bound.is_empty() {
+                continue;
+            }
+            if let Some(group) = dep.group.as_mut() {
+                let queued: HashSet<i64> = bound
+                    .iter()
+                    .copied()
+                    .filter(|v| group.set.remove(v))
+                    .collect();
+                if !queued.is_empty() {
+                    group.pages.retain(|v| !queued.contains(v));
+                }
+            }
+            dep.release(&bound, &mut self.plan.pools[j]);
+        }
+        self.pools[i].release(pages, &mut self.plan.pools[i]);
     }
 
     /// Hot path of [`Arena::free`]: one token, no free group open (a request's single page
@@ -687,7 +756,11 @@ impl Arena {
                 reason: "no free group is open on this sub-pool".into(),
             })?;
         self.plan.reset();
-        self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
+        if self.pools[i].dependents {
+            self.release_everywhere(i, &group.pages);
+        } else {
+            self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
+        }
         self.finish_plan();
         Ok(())
     }
@@ -791,6 +864,32 @@ impl Arena {
     /// Pool indices in band order, lowest bytes first.
     pub fn chain(&self) -> &[usize] {
         &self.chain
+    }
+
+    /// The order in which a plan's page moves must run, pool by pool: the end bands, then
+    /// the middle band. A middle band that slides moves into bytes an end band's urgent
+    /// flush in the same plan has just vacated, so those sources must be copied first. (The
+    /// two ends never touch each other's bytes within one plan.)
+    pub fn move_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = self
+            .chain
+            .iter()
+            .copied()
+            .filter(|&i| self.middle != Some(i))
+            .collect();
+        order.extend(self.middle);
+        order
+    }
+}
+
+/// Pool `a` shared and pool `b` mutable (`a != b`).
+fn two_pools(pools: &mut [SubPool], a: usize, b: usize) -> (&SubPool, &mut SubPool) {
+    if a < b {
+        let (lo, hi) = pools.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = pools.split_at_mut(a);
+        (&hi[0], &mut lo[b])
     }
 }
 

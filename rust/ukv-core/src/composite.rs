@@ -11,7 +11,7 @@
 //!   report: how many pages one pool must give back for another to take `k` more.
 
 use crate::arena::Arena;
-use crate::capacity::{slot_of, DOWN, UP};
+use crate::capacity::{slot_of, Bands, DOWN, UP};
 use crate::error::{Result, UkvError};
 use crate::geometry::Direction;
 use crate::subpool::TOMBSTONE;
@@ -166,23 +166,27 @@ impl Arena {
         true
     }
 
-    /// Whether `n` pages fit on `first` and then on `second`: as the bands stand now, or
-    /// (`packed`) after the urgent flushes a joint allocation may run.
+    /// Whether `n` pages fit on `first` and then on `second`: as the end bands stand now,
+    /// or (`packed`) after the urgent flushes a joint allocation may run. The middle band
+    /// counts as packed either way: a joint allocation relocates (and so packs) it whenever
+    /// it does not fit as it stands.
     fn joint_fits(&self, first: usize, second: usize, n: i64, packed: bool) -> bool {
-        let holes = |j: usize| {
-            if packed {
+        let (bands, holes) = self.joint_view(packed);
+        let (h1, h2) = (holes(first), holes(second));
+        bands.joint_fits(self.slot(first), self.slot(second), h1, h2, n)
+    }
+
+    /// The band snapshot and hole counts a joint decision sees (see `joint_fits`).
+    fn joint_view(&self, packed: bool) -> (Bands, impl Fn(usize) -> i64 + '_) {
+        let packs = move |j: usize| packed || self.middle == Some(j);
+        let holes = move |j: usize| {
+            if packs(j) {
                 0
             } else {
                 self.pools[j].holes.len() as i64
             }
         };
-        self.bands(|_| packed).joint_fits(
-            self.slot(first),
-            self.slot(second),
-            holes(first),
-            holes(second),
-            n,
-        )
+        (self.bands(packs), holes)
     }
 
     /// Pages a joint allocation on `full` + `swa` can take right now, without compacting
@@ -207,14 +211,7 @@ impl Arena {
             return 0;
         }
         let cap = self.pools[full].free_ids.len() as i64;
-        let holes = |j: usize| {
-            if packed {
-                0
-            } else {
-                self.pools[j].holes.len() as i64
-            }
-        };
-        let bands = self.bands(|_| packed);
+        let (bands, holes) = self.joint_view(packed);
         if self.middle.is_none() {
             let (up, down) = if self.slot(full) == UP {
                 (full, swa)
@@ -238,31 +235,16 @@ impl Arena {
 
     /// Free these tokens' pages on both sides, in one plan: on `full` (validated exactly as
     /// [`Arena::free`]: every id live) and on `swa` where the page is still bound there
-    /// (pages that already left the window are skipped). Open free groups queue instead.
+    /// (pages that already left the window are skipped). An open free group on `full`
+    /// queues them, and both sides release them when it closes. This is [`Arena::free`] on
+    /// `full`, which always releases the bindings of its ids; the pair is checked.
     ///
     /// # Errors
     /// As [`Arena::free`] on `full`, and for a pair that is not a SWA pair. Nothing
     /// changes on error.
     pub fn swa_free(&mut self, full: usize, swa: usize, tokens: &[i64]) -> Result<()> {
         self.check_swa_pair(full, swa)?;
-        let mut pages = std::mem::take(&mut self.scratch);
-        let checked = self.pools[full].pages_to_free(tokens, &mut pages);
-        if let Err(e) = checked {
-            self.scratch = pages;
-            return Err(e);
-        }
-        let s = &self.pools[swa];
-        let bound: Vec<i64> = pages
-            .iter()
-            .copied()
-            .filter(|&v| s.v2p[v as usize] != TOMBSTONE && !s.group_contains(v))
-            .collect();
-        self.plan.reset();
-        self.release_or_queue(swa, &bound);
-        self.release_or_queue(full, &pages);
-        self.scratch = pages;
-        self.finish_plan();
-        Ok(())
+        self.free(full, tokens)
     }
 
     /// Free only the `swa` side of these tokens' pages (tokens that left the sliding

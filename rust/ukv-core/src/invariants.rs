@@ -4,7 +4,8 @@
 //! 2. v2p and p2v are inverse on every live page, and every bound page is inside the band.
 //! 3. `span == live + holes + pending`; holes and pending pages are distinct band pages
 //!    with no owner; eager pools have neither (the band is hole-free).
-//! 4. An owner's free ids and live ids partition its id space.
+//! 4. An owner's free ids and live ids partition its id space, and every id a non-owner
+//!    binds is live on its owner.
 //! 5. Neighbouring bands do not overlap in bytes, and every band is above the floor. An
 //!    empty middle band is transparent: the two ends must not overlap each other then, and
 //!    the ends are linked to each other exactly while it is empty.
@@ -24,6 +25,7 @@ impl Arena {
     pub fn check_invariants(&self) -> Result<()> {
         for i in 0..self.num_pools() {
             check_pool(self.pool(i))?;
+            self.check_bindings(i)?;
         }
         self.check_frontiers()
     }
@@ -70,6 +72,31 @@ impl Arena {
 }
 
 impl Arena {
+    /// A non-owner binds only ids that are live on its owner.
+    fn check_bindings(&self, i: usize) -> Result<()> {
+        let p = self.pool(i);
+        let Some(o) = p.owner else { return Ok(()) };
+        let owner = self.pool(o);
+        if !owner.dependents {
+            return Err(broken(
+                owner.name(),
+                "not marked as having dependents".into(),
+            ));
+        }
+        let stale = (1..p.geo.num_virtual_pages)
+            .find(|&v| p.v2p()[v as usize] != TOMBSTONE && owner.v2p()[v as usize] == TOMBSTONE);
+        match stale {
+            Some(v) => Err(broken(
+                p.name(),
+                format!(
+                    "binds page {v}, which is not live on its owner {:?}",
+                    owner.name()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Each band's neighbours are the adjacent bands of `chain` (the bands holding bytes,
     /// plus the ends).
     fn check_links(&self, chain: &[usize]) -> Result<()> {

@@ -3,8 +3,10 @@
 //! The core only decides; the caller owns the bytes. After every operation the caller
 //! reads the [`Plan`] and, in this order: makes its stream wait on `wait_tokens`, copies
 //! every `(src[i], dst[i])` page of each sub-pool (all pairs of one sub-pool at once: the
-//! src and dst sets of one plan are disjoint, so order does not matter), then writes the
-//! changed v2p/p2v rows into any device mirror of the tables.
+//! src and dst sets of one sub-pool's moves are disjoint, so order does not matter), one
+//! sub-pool after the other in [`crate::Arena::move_order`] (a middle band last: it may
+//! move into bytes an end band's moves vacate in the same plan), then writes the changed
+//! v2p/p2v rows into any device mirror of the tables.
 
 use std::collections::HashSet;
 

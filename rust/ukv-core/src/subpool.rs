@@ -45,6 +45,8 @@ pub struct SubPool {
     pub(crate) name: String,
     pub(crate) geo: Geometry,
     pub(crate) owner: Option<usize>,
+    /// Another pool binds this pool's ids: releasing an id releases it there too.
+    pub(crate) dependents: bool,
     pub(crate) lazy: bool,
     /// `num_virtual_pages + 1` rows; the last row is a tombstone sentinel.
     pub(crate) v2p: Vec<i64>,
@@ -94,6 +96,7 @@ impl SubPool {
         let mut pool = SubPool {
             name: spec.name.clone(),
             owner: spec.id_owner,
+            dependents: false,
             lazy,
             v2p: table(spec, virt + 1, TOMBSTONE)?,
             p2v: table(spec, geo.num_pages as usize + 1, TOMBSTONE)?,
@@ -545,11 +548,19 @@ impl SubPool {
         self.group.as_ref().is_some_and(|g| g.set.contains(&page))
     }
 
-    /// Validate virtual pages for `alloc_with_virtual` (non-owner binding).
-    pub(crate) fn check_bindable(&mut self, pages: &[i64]) -> Result<()> {
+    /// Validate virtual pages for `alloc_with_virtual` (non-owner binding): each one a
+    /// real page of the owner's id space, live on `owner`, not bound here yet, not repeated.
+    pub(crate) fn check_bindable(&mut self, pages: &[i64], owner: &SubPool) -> Result<()> {
         let gen = self.next_mark_gen();
         for &v in pages {
             self.check_virtual_page(v, v, "page")?;
+            if owner.v2p[v as usize] == TOMBSTONE {
+                return Err(UkvError::Argument {
+                    arg: "virtual_pages",
+                    value: v.to_string(),
+                    reason: format!("page is not live on the owner {:?}", owner.name),
+                });
+            }
             if self.v2p[v as usize] != TOMBSTONE {
                 return Err(UkvError::Argument {
                     arg: "virtual_pages",
