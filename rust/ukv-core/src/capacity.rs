@@ -214,3 +214,85 @@ impl Bands {
 fn page_bytes(pages: i64, pb: u64) -> u64 {
     pages.max(0) as u64 * pb
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn band(pb: u64, lo: i64, hi: i64, num_pages: i64) -> Band {
+        Band {
+            pb,
+            lo,
+            hi,
+            min_page: 1,
+            num_pages,
+        }
+    }
+
+    /// The three-phase formula equals the search over the joint predicate for two facing
+    /// bands, over every small state: page sizes that do and do not divide each other,
+    /// holes on either side, gaps from none to several pages.
+    #[test]
+    fn three_phase_equals_the_search() {
+        let total = 960;
+        let mut checked = 0;
+        for (pu, pd) in [(48u64, 48u64), (48, 80), (80, 48), (64, 160), (160, 64)] {
+            let (nu, nd) = ((total / pu) as i64, (total / pd) as i64);
+            for up_hi in 1..=nu {
+                for down_lo in 1..=nd {
+                    if up_hi as u64 * pu > down_lo as u64 * pd {
+                        continue;
+                    }
+                    let mut b = Bands::new(total);
+                    b.set(UP, band(pu, 1, up_hi, nu));
+                    b.set(DOWN, band(pd, down_lo, nd, nd));
+                    for (hu, hd) in [(0, 0), (2, 0), (0, 3), (1, 4), (5, 2)] {
+                        let hu = hu.min(up_hi - 1);
+                        let hd = hd.min(nd - down_lo);
+                        let search = b.joint_max(UP, DOWN, hu, hd, i64::MAX);
+                        assert_eq!(
+                            b.three_phase(hu, hd),
+                            search,
+                            "{pu}/{pd} {up_hi}/{down_lo} {hu}/{hd}"
+                        );
+                        // Either side may go first: the same answer.
+                        assert_eq!(b.joint_max(DOWN, UP, hd, hu, i64::MAX), search);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000);
+    }
+
+    /// With a middle band, an end band's room is what remains once the middle band is slid
+    /// all the way to the other end; the middle band's own room does not depend on where it
+    /// stands.
+    #[test]
+    fn rooms_with_a_middle_band_do_not_depend_on_its_position() {
+        let total = 4800;
+        let (pu, pm, pd) = (48u64, 160u64, 80u64);
+        let (nu, nm, nd) = (
+            (total / pu) as i64,
+            (total / pm) as i64,
+            (total / pd) as i64,
+        );
+        let mut at = |m_lo: i64| {
+            let mut b = Bands::new(total);
+            b.set(UP, band(pu, 1, 11, nu)); // up to byte 528
+            b.set(MID, band(pm, m_lo, m_lo + 3, nm)); // 3 pages of 160 B
+            b.set(DOWN, band(pd, 40, nd, nd)); // from byte 3200
+            (b.room(UP), b.room(MID), b.room(DOWN))
+        };
+        // Middle pages 4..20 lie between 528 and 3200 (first = ceil(528/160) = 4,
+        // end = 3200/160 = 20): 16 pages, 3 taken.
+        let rooms: Vec<_> = (4..=17).map(&mut at).collect();
+        assert!(rooms.iter().all(|&r| r == rooms[0]));
+        let (up, mid, down) = rooms[0];
+        assert_eq!(mid, 13);
+        // Up may reach the middle band slid to pages 17..20: byte 2720 = page 56 of 48 B.
+        assert_eq!(up, 2720 / 48 - 11);
+        // Down may reach the middle band slid to pages 4..7: byte 1120 = page 14 of 80 B.
+        assert_eq!(down, 40 - 14);
+    }
+}

@@ -157,8 +157,14 @@ impl Arena {
         }
         pool.apply_moves(base, plan);
         pool.holes.clear();
-        pool.base = t;
-        pool.wm = t + live;
+        // A band left with no live page has no place (it is anchored again at its next
+        // allocation); `t` may then lie past the index space, in the end band's last page.
+        pool.base = if live == 0 {
+            pool.geo.min_page_index
+        } else {
+            t
+        };
+        pool.wm = pool.base + live;
         self.relink();
     }
 

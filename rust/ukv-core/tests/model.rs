@@ -32,8 +32,10 @@ use common::assert_same_tables;
 
 /// Granularity of the simulated buffer: every entry size used here is a multiple of it.
 const CELL: u64 = 16;
-/// Random cases per property (fixed here so `cargo test` runs the same amount everywhere).
-const MODEL_CASES: u32 = 512;
+/// Random cases per property (fixed here so `cargo test` runs the same amount everywhere;
+/// an unoptimized build runs fewer of the main property, which probes every operation on
+/// copies of the arena and of the model).
+const MODEL_CASES: u32 = if cfg!(debug_assertions) { 160 } else { 512 };
 const EQUIV_CASES: u32 = 96;
 /// The SWA pair of a SWA configuration: pool 1 binds pool 0's ids.
 const FULL: usize = 0;
@@ -740,8 +742,9 @@ impl Model {
             pred.moves[m].push((s, d));
         }
         p.holes.clear();
-        p.base = t;
-        p.wm = t + live;
+        // Emptied: no place until the next allocation anchors it.
+        p.base = if live == 0 { p.min_page } else { t };
+        p.wm = p.base + live;
     }
 
     /// Bind `vs` on pool `i`: holes first in list order, then fresh pages, ascending (the
@@ -1658,6 +1661,102 @@ impl Harness {
             assert_eq!(mirror.1, p.p2v(), "{call:?}: pool {i} p2v mirror");
         }
         self.probe_contracts(call);
+        // Costly (two arena copies per pool pair): on every third call.
+        if self.ops % 3 == 0 {
+            self.probe_shortage(call);
+        }
+        self.check_translate_slots(call);
+    }
+
+    /// `shortage_pages(i, k, donor)`: after the donor frees that many of its live pages,
+    /// `alloc(i, k)` succeeds; after one fewer it does not (when the donor's frees release
+    /// nothing elsewhere); None: not even freeing all of them is enough.
+    fn probe_shortage(&self, call: &Call) {
+        let (a, m) = (&self.arena, &self.model);
+        let k_extra = 1 + (self.ops / 3 % 3) as i64;
+        for i in (0..self.n).filter(|&i| m.pools[i].owner) {
+            let k = m.schedulable(i) + k_extra;
+            for donor in (0..self.n).filter(|&d| d != i) {
+                let got = a.shortage_pages(i, k, donor).unwrap();
+                let fits_after = |r: usize| {
+                    let mut probe = a.clone();
+                    let dp = &m.pools[donor];
+                    let pages: Vec<i64> = dp.v2p.keys().take(r).map(|v| v * dp.ps).collect();
+                    if !pages.is_empty() && dp.group.is_none() {
+                        probe.free(donor, &pages).unwrap();
+                    }
+                    probe.alloc(i, k as usize).unwrap()
+                };
+                let free_ids = m.pools[i].free_ids.len() as i64;
+                match got {
+                    Some(r) => {
+                        assert!(r >= 1, "{call:?}: shortage {r} for k above schedulable");
+                        if m.pools[donor].group.is_none() {
+                            assert!(
+                                fits_after(r as usize),
+                                "{call:?}: shortage({i}, {k}, {donor}) = {r} is not enough"
+                            );
+                            let frees_elsewhere = self.swa && donor == FULL;
+                            if !frees_elsewhere {
+                                assert!(
+                                    !fits_after(r as usize - 1),
+                                    "{call:?}: shortage({i}, {k}, {donor}) = {r} is not the least"
+                                );
+                            }
+                        }
+                    }
+                    None => {
+                        let all = m.pools[donor].live() as usize;
+                        let enough = k <= free_ids
+                            && m.pools[donor].group.is_none()
+                            && !(self.swa && donor == FULL)
+                            && fits_after(all);
+                        assert!(
+                            !enough,
+                            "{call:?}: shortage({i}, {k}, {donor}) = None but freeing all fits"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// `translate_slots`: physical slot of each live id, −1 for padding and unbound ids,
+    /// an error for anything else.
+    fn check_translate_slots(&self, call: &Call) {
+        let (a, m) = (&self.arena, &self.model);
+        for (i, p) in m.pools.iter().enumerate() {
+            let mut ids: Vec<i64> = vec![TOMBSTONE];
+            ids.extend(p.v2p.keys().take(3).map(|v| v * p.ps + (v % p.ps)));
+            ids.extend(
+                (p.min_virt..p.num_virt)
+                    .filter(|v| !p.v2p.contains_key(v))
+                    .take(2)
+                    .map(|v| v * p.ps),
+            );
+            let want: Vec<i64> = ids
+                .iter()
+                .map(|&t| {
+                    if t < 0 {
+                        return TOMBSTONE;
+                    }
+                    p.v2p
+                        .get(&(t / p.ps))
+                        .map_or(TOMBSTONE, |&ph| ph * p.ps + t % p.ps)
+                })
+                .collect();
+            let mut out = Vec::new();
+            a.translate_slots(i, &ids, &mut out).unwrap();
+            assert_eq!(out, want, "{call:?}: translate_slots on pool {i}");
+            for bad in [-2, p.num_virt * p.ps] {
+                let e = a.translate_slots(i, &[bad], &mut out).unwrap_err();
+                assert_eq!(
+                    kind_of(&e),
+                    Kind::InvalidId,
+                    "{call:?}: translate_slots({bad})"
+                );
+            }
+        }
     }
 
     /// The feasibility contract, on copies of the arena: `schedulable` pages (joint:
