@@ -81,9 +81,6 @@ pub struct Arena {
     links: Vec<Links>,
     /// The middle band's pool, if the arena has one.
     pub(crate) middle: Option<usize>,
-    /// The plan may list a table row twice with different values (a pool was compacted
-    /// and then bound in one operation): `finish_plan` keeps each row once.
-    pub(crate) dedupe: bool,
     pub(crate) plan: Plan,
     pub(crate) latest: Option<u64>,
     max_moves: usize,
@@ -128,6 +125,9 @@ impl Arena {
                 pools[owner].dependents = true;
             }
         }
+        for p in &mut pools {
+            p.update_plain_free();
+        }
         let middle = pools
             .iter()
             .position(|p| p.geo.direction == Direction::Middle);
@@ -137,7 +137,6 @@ impl Arena {
             plan: Plan::with_pools(pools.len()),
             links: links_of(&chain, pools.len()),
             middle,
-            dedupe: false,
             pools,
             chain,
             latest: None,
@@ -149,12 +148,16 @@ impl Arena {
     }
 
     /// Point the two ends at each other while the middle band is empty (it is transparent
-    /// then), and at the middle band while it holds pages. No-op without a middle band.
+    /// then, and parked: see [`SubPool::park`]), and at the middle band while it holds
+    /// pages. No-op without a middle band.
     #[inline]
     pub(crate) fn relink(&mut self) {
         let Some(m) = self.middle else { return };
         let (up, down) = (self.chain[0], self.chain[2]);
         let open = self.pools[m].span_pages() > 0;
+        if !open {
+            self.pools[m].park();
+        }
         self.links[up].above = Some(if open { m } else { down });
         self.links[down].below = Some(if open { m } else { up });
     }
@@ -333,17 +336,29 @@ impl Arena {
     }
 
     /// Whether pool `i` may take `n` fresh pages where its band stands now, without moving
-    /// any other band (the frontier rule, exact in bytes).
+    /// any other band (the frontier rule, exact in bytes). For a middle band: above its top
+    /// (see [`Arena::fits_in_place`] for both of its ends).
     #[inline(always)]
     pub(crate) fn can_extend(&self, i: usize, n: i64) -> bool {
+        // A middle band gets the grow-up check above its top only (a parked, empty one
+        // none): enough for its fast path; `make_room_with_middle` sees the rest.
         let p = &self.pools[i];
+        if n > p.index_room() {
+            return false;
+        }
         let pb = p.geo.page_bytes;
         match p.geo.direction {
-            Direction::Up => n <= p.index_room() && (p.wm + n) as u64 * pb <= self.limit_above(i),
-            Direction::Down => {
-                n <= p.index_room() && (p.wm - n + 1) as u64 * pb >= self.limit_below(i)
-            }
-            Direction::Middle => n <= self.middle_room_now(i),
+            Direction::Up | Direction::Middle => (p.wm + n) as u64 * pb <= self.limit_above(i),
+            Direction::Down => (p.wm - n + 1) as u64 * pb >= self.limit_below(i),
+        }
+    }
+
+    /// [`Arena::can_extend`] with a middle band's growth at both ends and anchoring.
+    pub(crate) fn fits_in_place(&self, i: usize, n: i64) -> bool {
+        if self.middle == Some(i) {
+            n <= self.middle_room_now(i)
+        } else {
+            self.can_extend(i, n)
         }
     }
 
@@ -468,6 +483,7 @@ impl Arena {
     }
 
     /// Take `n` free ids of owner pool `i` and bind them; the plan's `pages` gets them.
+    #[inline(always)]
     pub(crate) fn alloc_pages(&mut self, i: usize, n: usize) -> bool {
         if n == 0 {
             return true;
@@ -482,7 +498,7 @@ impl Arena {
 
     /// Move the first `n` free ids of owner pool `i` (there are that many) to the plan's
     /// pages.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_ids(&mut self, i: usize, n: usize) {
         let (free_ids, pages) = (&mut self.pools[i].free_ids, &mut self.plan.pages);
         if n <= SMALL_BATCH {
@@ -535,6 +551,7 @@ impl Arena {
     }
 
     /// Bind `plan.pages` on pool `i`: holes first (FIFO), then a fresh ascending extension.
+    #[inline]
     pub(crate) fn bind_pages(&mut self, i: usize) {
         if self.middle == Some(i) {
             return self.bind_middle(i);
@@ -578,9 +595,6 @@ impl Arena {
     /// debug builds check them against the tables.
     #[inline]
     pub(crate) fn finish_plan(&mut self) {
-        if self.middle.is_some() || self.dedupe {
-            self.finish_slow_plan();
-        }
         debug_assert!(
             self.pools
                 .iter()
@@ -590,16 +604,12 @@ impl Arena {
         );
     }
 
-    /// The rare end-of-operation work: keep each changed table row once (after a pool was
-    /// compacted and bound in one operation) and relink the ends around the middle band.
-    #[inline(never)]
-    fn finish_slow_plan(&mut self) {
-        if std::mem::take(&mut self.dedupe) {
-            for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
-                plan.dedupe_rows(&pool.v2p, &pool.p2v);
-            }
+    /// Keep each changed table row of the plan once, with its final value: after an
+    /// operation that compacted a pool and then bound pages of it (rare paths only).
+    pub(crate) fn dedupe_plan(&mut self) {
+        for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
+            plan.dedupe_rows(&pool.v2p, &pool.p2v);
         }
-        self.relink();
     }
 
     // ----- free -------------------------------------------------------------------------
@@ -615,11 +625,8 @@ impl Arena {
     /// Nothing changes on error.
     pub fn free(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
         self.check_pool(i)?;
-        if self.pools[i].dependents {
-            return self.free_with_dependents(i, tokens);
-        }
         if let [t] = *tokens {
-            if self.pools[i].group.is_none() {
+            if self.pools[i].plain_free {
                 return self.free_one(i, t);
             }
         }
@@ -631,7 +638,7 @@ impl Arena {
     /// stack frame.
     #[inline(never)]
     fn free_many(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
-        if self.pools[i].group.is_none() && self.pools[i].tokens_are_live_pages(tokens) {
+        if self.pools[i].plain_free && self.pools[i].tokens_are_live_pages(tokens) {
             // Page size 1, ascending, all live: the tokens are the pages, no copy needed.
             self.plan.reset();
             self.pools[i].release(tokens, &mut self.plan.pools[i]);
@@ -646,37 +653,19 @@ impl Arena {
             return checked;
         }
         self.plan.reset();
+        let dependents = self.pools[i].dependents;
         match self.pools[i].group.as_mut() {
             Some(group) => {
                 group.set.extend(pages.iter().copied());
                 group.pages.extend_from_slice(&pages);
             }
+            // An owner whose ids another pool binds releases them there too; the middle
+            // band relinks the ends when it empties.
+            None if dependents => self.release_everywhere(i, &pages),
             None => self.pools[i].release(&pages, &mut self.plan.pools[i]),
         }
         self.scratch = pages;
-        self.finish_plan();
-        Ok(())
-    }
-
-    /// [`Arena::free`] on an owner whose ids another pool binds: the same checks, and each
-    /// page released on the owner is released on the pools that bind it too, in one plan.
-    #[inline(never)]
-    fn free_with_dependents(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
-        let mut pages = std::mem::take(&mut self.scratch);
-        let checked = self.pools[i].pages_to_free(tokens, &mut pages);
-        if checked.is_err() {
-            self.scratch = pages;
-            return checked;
-        }
-        self.plan.reset();
-        match self.pools[i].group.as_mut() {
-            Some(group) => {
-                group.set.extend(pages.iter().copied());
-                group.pages.extend_from_slice(&pages);
-            }
-            None => self.release_everywhere(i, &pages),
-        }
-        self.scratch = pages;
+        self.relink();
         self.finish_plan();
         Ok(())
     }
@@ -737,6 +726,7 @@ impl Arena {
             });
         }
         self.pools[i].group = Some(FreeGroup::default());
+        self.pools[i].update_plain_free();
         self.plan.reset();
         Ok(())
     }
@@ -755,12 +745,14 @@ impl Arena {
                 value: self.pools[i].name.clone(),
                 reason: "no free group is open on this sub-pool".into(),
             })?;
+        self.pools[i].update_plain_free();
         self.plan.reset();
         if self.pools[i].dependents {
             self.release_everywhere(i, &group.pages);
         } else {
             self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
         }
+        self.relink();
         self.finish_plan();
         Ok(())
     }
@@ -780,6 +772,7 @@ impl Arena {
         let moves = (0..self.pools.len())
             .map(|i| self.flush_one(i, urgent))
             .sum();
+        self.relink();
         self.finish_plan();
         moves
     }
@@ -792,6 +785,7 @@ impl Arena {
         self.check_pool(i)?;
         self.plan.reset();
         let moves = self.flush_one(i, urgent);
+        self.relink();
         self.finish_plan();
         Ok(moves)
     }

@@ -141,14 +141,13 @@ impl Arena {
         }
         let n = n as i64;
         let (first, second) = self.joint_order(full, swa);
+        let mut flushed = false;
         if !self.joint_fits(first, second, n, false) {
             if !self.joint_fits(first, second, n, true) {
                 return false;
             }
-            // Both sides will bind right after the flush: a page the flush vacated can be
-            // rebound in the same plan.
             self.flush_ends_except(None);
-            self.dedupe = true;
+            flushed = true;
         }
         self.take_ids(full, n as usize);
         let fresh = |a: &Arena, j: usize| (n - a.pools[j].holes.len() as i64).max(0);
@@ -160,9 +159,13 @@ impl Arena {
                 Direction::Middle => own = fresh(self, j),
             }
         }
-        self.slide_middle(up, down, own);
+        let slid = self.slide_middle(up, down, own);
         self.bind_pages(first);
         self.bind_pages(second);
+        if flushed || slid {
+            // A page the flush or the slide vacated can be rebound in the same plan.
+            self.dedupe_plan();
+        }
         true
     }
 
@@ -271,6 +274,7 @@ impl Arena {
         });
         self.plan.reset();
         self.release_or_queue(swa, &pages);
+        self.relink();
         self.finish_plan();
         Ok(())
     }

@@ -126,6 +126,13 @@ fn broken(pool: &str, detail: String) -> UkvError {
 }
 
 fn check_pool(p: &SubPool) -> Result<()> {
+    let plain = p.group.is_none() && !p.dependents && p.geo.direction != Direction::Middle;
+    if p.plain_free != plain {
+        return Err(broken(
+            p.name(),
+            format!("fast-free flag {} but {plain} expected", p.plain_free),
+        ));
+    }
     check_sentinels(p)?;
     check_inverse(p)?;
     check_span(p)?;

@@ -82,7 +82,7 @@ impl Arena {
             self.slide_middle(up_extra, down_extra, 0);
         }
         debug_assert!(
-            fresh <= 0 || self.can_extend(i, fresh),
+            fresh <= 0 || self.fits_in_place(i, fresh),
             "make_room: no room"
         );
         true
@@ -130,7 +130,6 @@ impl Arena {
     /// window move, ascending, into the free pages inside it, ascending. Pending pages are
     /// released (their tokens waited on) and holes dropped: the band ends hole-free.
     pub(crate) fn relocate_middle(&mut self, m: usize, t: i64) {
-        self.dedupe = true;
         let Plan {
             pools: plans,
             wait_tokens: waits,
@@ -157,19 +156,16 @@ impl Arena {
         }
         pool.apply_moves(base, plan);
         pool.holes.clear();
-        // A band left with no live page has no place (it is anchored again at its next
-        // allocation); `t` may then lie past the index space, in the end band's last page.
-        pool.base = if live == 0 {
-            pool.geo.min_page_index
-        } else {
-            t
-        };
-        pool.wm = pool.base + live;
+        // A band left with no live page has no place (`t` may then lie past the index space,
+        // in the end band's last page): relinking parks it.
+        pool.base = t;
+        pool.wm = t + live;
         self.relink();
     }
 
     /// Bind `plan.pages` on middle pool `m`: holes first, then fresh pages above the top,
     /// then below the base. An empty band is anchored centred in the gap first.
+    #[inline(never)]
     pub(crate) fn bind_middle(&mut self, m: usize) {
         let n = self.plan.pages.len();
         let n_holes = self.pools[m].holes.len().min(n);

@@ -47,6 +47,9 @@ pub struct SubPool {
     pub(crate) owner: Option<usize>,
     /// Another pool binds this pool's ids: releasing an id releases it there too.
     pub(crate) dependents: bool,
+    /// `Arena::free` may take its one-token fast path: no free group open, no dependents to
+    /// release, not the middle band (which relinks the ends). One flag on the hot path.
+    pub(crate) plain_free: bool,
     pub(crate) lazy: bool,
     /// `num_virtual_pages + 1` rows; the last row is a tombstone sentinel.
     pub(crate) v2p: Vec<i64>,
@@ -59,6 +62,9 @@ pub struct SubPool {
     /// a middle band moves it (it grows, is absorbed or slides at its low end). Unused by a
     /// grow-down pool.
     pub(crate) base: i64,
+    /// How the watermark moves when the band grows by a page: +1 upwards (up and middle
+    /// bands), -1 downwards. Lets the one-page hot paths step without a branch.
+    pub(crate) step: i64,
     /// Live virtual pages.
     pub(crate) live: usize,
     /// Free virtual page ids (owners only): alloc takes the front, free appends at the back.
@@ -97,11 +103,17 @@ impl SubPool {
             name: spec.name.clone(),
             owner: spec.id_owner,
             dependents: false,
+            plain_free: false,
             lazy,
             v2p: table(spec, virt + 1, TOMBSTONE)?,
             p2v: table(spec, geo.num_pages as usize + 1, TOMBSTONE)?,
             wm: 0,
             base: geo.min_page_index,
+            step: if geo.direction == Direction::Down {
+                -1
+            } else {
+                1
+            },
             live: 0,
             free_ids,
             holes: VecDeque::new(),
@@ -122,12 +134,14 @@ impl SubPool {
 
     /// Forget every allocation: all ids free, tables reset, watermark at the start.
     pub(crate) fn clear(&mut self) {
-        // An empty middle band has no place; it is anchored again at its next allocation.
         self.base = self.geo.min_page_index;
         self.wm = match self.geo.direction {
             Direction::Up | Direction::Middle => self.base,
             Direction::Down => self.geo.num_pages - 1,
         };
+        if self.geo.direction == Direction::Middle {
+            self.park();
+        }
         self.v2p.fill(TOMBSTONE);
         self.p2v.fill(TOMBSTONE);
         self.v2p[0] = 0;
@@ -144,6 +158,21 @@ impl SubPool {
         self.write_set.clear();
         self.write_token = None;
         self.group = None;
+        self.update_plain_free();
+    }
+
+    /// Recompute `plain_free` (after a free group opens or closes).
+    pub(crate) fn update_plain_free(&mut self) {
+        self.plain_free =
+            self.group.is_none() && !self.dependents && self.geo.direction != Direction::Middle;
+    }
+
+    /// An empty middle band has no place until its next allocation anchors it. It waits at
+    /// the top of its index space, where the grow-up fast path (`index_room` 0) sends every
+    /// fresh allocation to the arena's slow path, which anchors it.
+    pub(crate) fn park(&mut self) {
+        self.base = self.geo.num_pages;
+        self.wm = self.geo.num_pages;
     }
 
     /// Name of the sub-pool.
@@ -216,18 +245,21 @@ impl SubPool {
 
     /// Lowest byte of the band (inclusive). Equals `high_byte` when the band is empty.
     pub fn low_byte(&self) -> u64 {
-        match self.geo.direction {
-            Direction::Up | Direction::Middle => self.geo.page_start(self.base),
-            Direction::Down => self.geo.page_start(self.wm + 1),
-        }
+        // One multiply on the frontier hot path: pick the page, then convert.
+        let page = match self.geo.direction {
+            Direction::Up | Direction::Middle => self.base,
+            Direction::Down => self.wm + 1,
+        };
+        self.geo.page_start(page)
     }
 
     /// One past the highest byte of the band.
     pub fn high_byte(&self) -> u64 {
-        match self.geo.direction {
-            Direction::Up | Direction::Middle => self.geo.page_start(self.wm),
-            Direction::Down => self.geo.page_start(self.geo.num_pages),
-        }
+        let page = match self.geo.direction {
+            Direction::Up | Direction::Middle => self.wm,
+            Direction::Down => self.geo.num_pages,
+        };
+        self.geo.page_start(page)
     }
 
     /// Pages the watermark can still advance by in the index space alone (a middle band:
@@ -583,6 +615,7 @@ impl SubPool {
 
     /// Advance the watermark by `n` fresh pages and bind `vpages[i]` to the i-th of them,
     /// ascending. The arena has checked the frontier and the index room.
+    #[inline(always)]
     pub(crate) fn bind_extension(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let n = vpages.len() as i64;
         let start = match self.geo.direction {
@@ -636,16 +669,10 @@ impl SubPool {
     pub(crate) fn bind_one(&mut self, v: i64, plan: &mut PoolPlan) {
         let p = match self.holes.pop_front() {
             Some(h) => h,
-            None => match self.geo.direction {
-                Direction::Up | Direction::Middle => {
-                    self.wm += 1;
-                    self.wm - 1
-                }
-                Direction::Down => {
-                    self.wm -= 1;
-                    self.wm + 1
-                }
-            },
+            None => {
+                self.wm += self.step;
+                self.wm - self.step
+            }
         };
         self.bind(v, p, plan);
     }
@@ -749,16 +776,8 @@ impl SubPool {
             self.holes.push_back(p);
             return;
         }
-        let last = match self.geo.direction {
-            Direction::Up | Direction::Middle => {
-                self.wm -= 1;
-                self.wm
-            }
-            Direction::Down => {
-                self.wm += 1;
-                self.wm
-            }
-        };
+        self.wm -= self.step;
+        let last = self.wm;
         plan.set_p2v(last, TOMBSTONE);
         if last != p {
             let u = self.p2v[last as usize];

@@ -456,7 +456,7 @@ impl Model {
             p.clear();
         }
         let find = |d: Direction| specs.iter().position(|s| s.direction == d);
-        Model {
+        let mut model = Model {
             pools,
             latest: None,
             cap: cfg.cap,
@@ -465,7 +465,9 @@ impl Model {
             mid: find(Direction::Middle),
             down: find(Direction::Down),
             swa: cfg.swa,
-        }
+        };
+        model.park();
+        model
     }
 
     fn n(&self) -> usize {
@@ -742,9 +744,20 @@ impl Model {
             pred.moves[m].push((s, d));
         }
         p.holes.clear();
-        // Emptied: no place until the next allocation anchors it.
-        p.base = if live == 0 { p.min_page } else { t };
-        p.wm = p.base + live;
+        p.base = t;
+        p.wm = t + live;
+    }
+
+    /// An empty middle band waits at the top of its index space until an allocation
+    /// anchors it (the arena parks it at the end of every operation that empties it).
+    fn park(&mut self) {
+        if let Some(m) = self.mid {
+            let p = &mut self.pools[m];
+            if p.span() == 0 {
+                p.base = p.num_pages;
+                p.wm = p.num_pages;
+            }
+        }
     }
 
     /// Bind `vs` on pool `i`: holes first in list order, then fresh pages, ascending (the
@@ -1346,6 +1359,12 @@ fn run_real(a: &mut Arena, call: &Call) -> Result<i64, UkvError> {
 }
 
 fn run_model(m: &mut Model, call: &Call) -> Pred {
+    let pred = run_model_call(m, call);
+    m.park();
+    pred
+}
+
+fn run_model_call(m: &mut Model, call: &Call) -> Pred {
     match call {
         Call::Alloc(i, n) => m.alloc(*i, *n as i64),
         Call::AllocTokens(i, n) => m.alloc_tokens(*i, *n),
