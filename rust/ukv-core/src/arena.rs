@@ -81,6 +81,8 @@ pub struct Arena {
     links: Vec<Links>,
     /// The middle band's pool, if the arena has one.
     pub(crate) middle: Option<usize>,
+    /// Pools in the order their page moves must run (see [`Arena::move_order`]).
+    order: Vec<usize>,
     pub(crate) plan: Plan,
     pub(crate) latest: Option<u64>,
     max_moves: usize,
@@ -131,12 +133,19 @@ impl Arena {
         let middle = pools
             .iter()
             .position(|p| p.geo.direction == Direction::Middle);
+        let mut order: Vec<usize> = chain
+            .iter()
+            .copied()
+            .filter(|&i| middle != Some(i))
+            .collect();
+        order.extend(middle);
         let mut arena = Arena {
             total_bytes: cfg.total_bytes,
             floor,
             plan: Plan::with_pools(pools.len()),
             links: links_of(&chain, pools.len()),
             middle,
+            order,
             pools,
             chain,
             latest: None,
@@ -864,15 +873,8 @@ impl Arena {
     /// the middle band. A middle band that slides moves into bytes an end band's urgent
     /// flush in the same plan has just vacated, so those sources must be copied first. (The
     /// two ends never touch each other's bytes within one plan.)
-    pub fn move_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = self
-            .chain
-            .iter()
-            .copied()
-            .filter(|&i| self.middle != Some(i))
-            .collect();
-        order.extend(self.middle);
-        order
+    pub fn move_order(&self) -> &[usize] {
+        &self.order
     }
 }
 

@@ -24,8 +24,11 @@ impl Arena {
         slot_of(self.pools[i].geo.direction)
     }
 
-    /// `swa` must bind the ids minted by `full`.
-    fn check_swa_pair(&self, full: usize, swa: usize) -> Result<()> {
+    /// Check that `swa` binds the ids minted by `full` (a SWA pair).
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool index or a pair that is not a SWA pair.
+    pub fn check_swa_pair(&self, full: usize, swa: usize) -> Result<()> {
         self.try_pool(full)?;
         let s = self.try_pool(swa)?;
         if s.owner != Some(full) {

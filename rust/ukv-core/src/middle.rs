@@ -11,8 +11,9 @@
 //!   there is room below the down band, then fresh pages below its base. Its own
 //!   allocations never move a page.
 //! * **Anchoring.** An empty middle band takes no bytes and is transparent: the two ends are
-//!   then each other's neighbours. Its next allocation anchors it centred in the gap
-//!   between the ends, so that both ends can grow before either reaches it.
+//!   then each other's neighbours (the arena relinks them), and it is parked at the top of
+//!   its index space. Its next allocation anchors it centred in the gap between the ends,
+//!   so that both ends can grow before either reaches it.
 //! * **Sliding.** When an end band needs bytes the middle band occupies, and the gap on the
 //!   middle band's far side has them, the allocation relocates the middle band by the
 //!   least distance that makes room: its live pages are packed into the window
@@ -24,7 +25,15 @@
 //!   where the gap is, every room depends only on the ends' frontiers and the middle band's
 //!   span (see [`crate::capacity`]), and `available_pages` / `schedulable_pages` stay exact:
 //!   an allocation of `n <= schedulable` pages succeeds, one page more returns false with
-//!   nothing changed.
+//!   nothing changed. A slide packs the band (its holes go), so an end band's capacity
+//!   counts the middle band at its live pages; the middle band's own allocation never
+//!   slides it, so its own capacity counts its holes as holes.
+//! * **Plan order.** An end band's urgent flush and a slide can share one plan, the slide
+//!   moving into bytes the flush vacated: the middle band's moves run last
+//!   ([`Arena::move_order`]). Each pool's moves stay one launch.
+//! * **Alternative not taken.** A middle band pinned just above the up band (never moving)
+//!   needs no relocation, but then the up band can never grow past it and the bytes freed
+//!   below it serve only the up band: capacity would depend on history.
 //! * **Hazards.** A relocation that moves pages waits on the in-flight forward first, like
 //!   an urgent flush (its token goes to the plan's wait list, and the band's pending pages
 //!   are released with their tokens waited on).

@@ -47,7 +47,7 @@ fn band(a: &Arena, i: usize) -> (u64, u64) {
 fn an_empty_middle_band_is_transparent_and_anchors_centred() {
     let mut a = three(false);
     assert_eq!(a.chain(), &[UP, MID, DOWN]);
-    assert_eq!(a.move_order(), vec![UP, DOWN, MID]);
+    assert_eq!(a.move_order(), &[UP, DOWN, MID]);
     // Empty: the ends see each other across the whole buffer.
     assert_eq!(a.gap_bytes(UP), 4800 - 192); // up starts at page 4 (192 B >= the floor)
     assert_eq!(a.available_pages(UP), 96);

@@ -1433,7 +1433,7 @@ impl Bytes {
     /// pool in the arena's move order, then the forward writes the newly bound pages of the
     /// pools in `bound`.
     fn apply(&mut self, a: &Arena, bound: &[usize]) {
-        for i in a.move_order() {
+        for &i in a.move_order() {
             let p = &a.plan().pools[i];
             let pb = a.pool(i).geometry().page_bytes;
             let srcs: BTreeSet<i64> = p.src.iter().copied().collect();
