@@ -531,7 +531,22 @@ CONSTRUCTION = [
     ),
     ("duplicate_names", lambda: _pool(pool_specs=[specs()[0], _extra("down", "full")]), "'full'"),
     ("one_spec", lambda: _pool(pool_specs=[specs()[0]]), "MHASpec(name='full'"),
-    ("three_specs", lambda: _pool(pool_specs=[*specs(), _extra("up")]), "name='extra'"),
+    ("three_specs_no_middle", lambda: _pool(pool_specs=[*specs(), _extra("up")]), "'up', 'up'"),
+    (
+        "four_specs",
+        lambda: _pool(pool_specs=[*specs(), _extra("middle"), _extra("middle", "x")]),
+        "name='extra'",
+    ),
+    (
+        "middle_without_both_ends",
+        lambda: _pool(pool_specs=[specs()[0], _extra("middle")]),
+        "'middle'",
+    ),
+    (
+        "duplicate_names_three",
+        lambda: _pool(pool_specs=[*specs(), _extra("middle", "mamba")]),
+        "'mamba'",
+    ),
     ("non_spec_object", lambda: _pool(pool_specs=[specs()[0], "notaspec"]), "'notaspec'"),
     ("total_bytes_too_small", lambda: _pool(total=300), "300"),
     ("total_bytes_zero", lambda: _pool(total=0), "= 0"),

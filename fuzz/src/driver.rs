@@ -168,7 +168,7 @@ fn config(input: &mut Input<'_>, tally: &mut Tally) -> Option<ArenaConfig> {
     };
     let dir1 = match dir0 {
         Direction::Up => Direction::Down,
-        Direction::Down => Direction::Up,
+        Direction::Down | Direction::Middle => Direction::Up,
     };
     let ps0 = input.pick(&[1u64, 1, 2, 4, 16, 16]);
     let kind = input.below(3); // 0: state pool (ps 1), 1: second KV pool, 2: SWA (binds ids)
@@ -592,15 +592,23 @@ impl Harness {
                 let before = self.snapshot();
                 self.note(|| format!("clear({i})"));
                 let res = self.arena.clear(i);
+                // Clearing an owner also clears every pool that binds its ids.
+                let cleared: Vec<usize> = (0..self.n)
+                    .filter(|&j| j == i || self.owner_of[j] == Some(i))
+                    .collect();
                 if res.is_ok() {
-                    self.queued[i] = None;
-                    self.writes[i] = None;
-                    self.reqs.retain(|r| r.pool != i);
+                    for &j in &cleared {
+                        self.queued[j] = None;
+                        self.writes[j] = None;
+                        self.reqs.retain(|r| r.pool != j);
+                    }
                 }
                 self.settle(&before, res, expect(valid), FlushKind::None);
                 if valid {
-                    let p = self.arena.pool(i);
-                    assert_eq!((p.live_pages(), p.span_pages()), (0, 0), "clear left pages");
+                    for &j in &cleared {
+                        let p = self.arena.pool(j);
+                        assert_eq!((p.live_pages(), p.span_pages()), (0, 0), "clear left pages");
+                    }
                 }
             }
             _ => self.op_queries(input),

@@ -101,7 +101,8 @@ class UnifiedKVPool:
 
     Args:
         total_bytes: Size of the buffer.
-        specs: Exactly one spec with ``grow="up"`` and one with ``grow="down"``.
+        specs: One spec with ``grow="up"`` and one with ``grow="down"``, plus at most one
+            with ``grow="middle"`` (a band floating between them, API.md §3).
         page_size: Tokens per page of KV (MHA/MLA) sub-pools; state sub-pools use 1.
         device: ``"cuda"`` (or ``"cuda:N"``), ``"cpu"``, or ``"meta"`` (bookkeeping only).
         lazy: Lazy compaction (frees leave holes; ``flush`` packs) instead of eager.
@@ -795,16 +796,23 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _check_specs(specs: Sequence[Spec]) -> list[Spec]:
+    """Two specs (one ``grow="up"``, one ``"down"``), or three with one ``"middle"`` band
+    floating between them; unique names."""
     specs = list(specs) if isinstance(specs, (list, tuple)) else []
-    if len(specs) != 2 or not all(isinstance(s, Spec) for s in specs):
+    if len(specs) not in (2, 3) or not all(isinstance(s, Spec) for s in specs):
         raise PoolConfigError(
-            f"invalid specs = {specs!r}: need exactly two specs (one grow='up', one grow='down'); N>2 comes later"
+            f"invalid specs = {specs!r}: need two specs (one grow='up', one grow='down'), "
+            "or three with one grow='middle' between them"
         )
     grows = sorted(s.grow for s in specs)
-    if grows != ["down", "up"]:
-        raise PoolConfigError(f"invalid specs grow = {grows}: need one 'up' and one 'down'")
-    if specs[0].name == specs[1].name:
-        raise PoolConfigError(f"invalid specs name = {specs[0].name!r}: names must be unique")
+    if grows not in (["down", "up"], ["down", "middle", "up"]):
+        raise PoolConfigError(
+            f"invalid specs grow = {grows}: need one 'up' and one 'down', plus at most one 'middle'"
+        )
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PoolConfigError(f"invalid specs name = {dup!r}: names must be unique")
     return specs
 
 

@@ -47,11 +47,12 @@ __all__ = [
     "store_dtype_for",
 ]
 
-GrowDirection = Literal["up", "down"]
+GrowDirection = Literal["up", "down", "middle"]
 SpecKind = Literal["mha", "mamba", "mla"]
 
-GROW_DIRECTIONS: tuple[GrowDirection, ...] = ("up", "down")
-"""Accepted values of ``grow``: low-byte end upwards, or high-byte end downwards."""
+GROW_DIRECTIONS: tuple[GrowDirection, ...] = ("up", "down", "middle")
+"""Accepted values of ``grow``: low-byte end upwards, high-byte end downwards, or a band
+floating between the two (at most one per pool, beside one ``"up"`` and one ``"down"``)."""
 
 FP8_DTYPES: frozenset[torch.dtype] = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 """Logical dtypes stored as ``uint8`` and bit-viewed."""
@@ -143,7 +144,8 @@ class Spec(abc.ABC):
     Attributes:
         name: Sub-pool name, unique within a pool.
         layer_num: Number of layers whose rows one slot holds.
-        grow: ``"up"`` (hands out pages from the low end) or ``"down"`` (from the high end).
+        grow: ``"up"`` (hands out pages from the low end), ``"down"`` (from the high end) or
+            ``"middle"`` (a band floating between them).
         kind: ``"mha"``, ``"mamba"`` or ``"mla"``.
         is_paged: Whether the pool page size applies (False: one slot per page).
     """
@@ -205,7 +207,7 @@ class Spec(abc.ABC):
             )
         self._normalize_positive_int("layer_num")
         if self.grow not in GROW_DIRECTIONS:
-            raise self._fail(f"grow must be 'up' or 'down', got {self.grow!r}")
+            raise self._fail(f"grow must be 'up', 'down' or 'middle', got {self.grow!r}")
 
     def _normalize_positive_int(self, field: str) -> None:
         value = getattr(self, field)
@@ -250,7 +252,7 @@ class MHASpec(Spec):
         dtype: Logical KV dtype (fp8 is stored as uint8).
         v_head_dim: V head dimension; None means ``head_dim``. Always an int after
             construction.
-        grow: ``"up"`` or ``"down"``.
+        grow: ``"up"``, ``"down"`` or ``"middle"``.
 
     Raises:
         PoolConfigError: A field is invalid; the message names the field and the value.
@@ -358,7 +360,7 @@ class MLASpec(Spec):
         kv_lora_rank: Width of the compressed KV latent.
         qk_rope_head_dim: Width of the decoupled RoPE key part.
         dtype: Logical cache dtype (fp8 is stored as uint8).
-        grow: ``"up"`` or ``"down"``.
+        grow: ``"up"``, ``"down"`` or ``"middle"``.
 
     Raises:
         PoolConfigError: A field is invalid; the message names the field and the value.
@@ -441,7 +443,7 @@ class MambaSpec(Spec):
         temporal_shape: Per-layer shape of the temporal (SSM) state, e.g.
             ``(num_heads, head_dim, d_state)``.
         temporal_dtype: Logical dtype of the temporal state.
-        grow: ``"up"`` or ``"down"``.
+        grow: ``"up"``, ``"down"`` or ``"middle"``.
 
     Raises:
         PoolConfigError: A field is invalid, or the layout is misaligned (the message then

@@ -1,19 +1,22 @@
 //! The arena: one byte range shared by sub-pools that grow from its two ends.
 //!
-//! The arena is a chain of bands, lowest bytes first. Today the chain holds a grow-up
-//! sub-pool at the low end and a grow-down sub-pool at the high end; a middle band can be
-//! added later without changing either end, because every check below goes through a
-//! band's neighbours in the chain (`limit_above` / `limit_below`), never through "the other
-//! pool".
+//! The arena is a chain of bands, lowest bytes first: a grow-up sub-pool at the low end, a
+//! grow-down sub-pool at the high end, and optionally one middle band floating between them
+//! (see [`crate::middle`] for how it grows and slides). Every check goes through a band's
+//! neighbours in the chain (`limit_above` / `limit_below`), never through "the other pool";
+//! an empty middle band is transparent (the two ends are then each other's neighbours).
 //!
 //! The frontier rule, `high_byte(band i) <= low_byte(band i + 1)`, is checked in exact bytes
 //! on every physical take, eager or lazy, in both directions.
 
+use crate::capacity::{slot_of, Band, Bands};
 use crate::error::{Result, UkvError};
 use crate::geometry::{reserved_floor, Direction, Geometry, PoolSpec};
 use crate::lazy::FlushMode;
+use std::collections::HashSet;
+
 use crate::plan::Plan;
-use crate::subpool::{FreeGroup, SubPool};
+use crate::subpool::{FreeGroup, SubPool, TOMBSTONE};
 
 /// Batches up to this many ids use element-wise deque operations instead of bulk ones.
 pub(crate) const SMALL_BATCH: usize = 8;
@@ -26,7 +29,7 @@ pub const DEFAULT_MAX_MOVES_PER_FLUSH: usize = 4096;
 pub struct ArenaConfig {
     /// Bytes of the shared buffer.
     pub total_bytes: u64,
-    /// The sub-pools: one growing up and one growing down.
+    /// The sub-pools: one growing up and one growing down, plus at most one middle band.
     pub pools: Vec<PoolSpec>,
     /// Lazy compaction (holes + flush) instead of eager compaction at free time.
     pub lazy: bool,
@@ -68,17 +71,22 @@ fn links_of(chain: &[usize], n: usize) -> Vec<Links> {
 /// The two-ended arena: sub-pools, their frontier, and the plan of the last operation.
 #[derive(Debug, Clone)]
 pub struct Arena {
-    total_bytes: u64,
+    pub(crate) total_bytes: u64,
     floor: u64,
-    pools: Vec<SubPool>,
+    pub(crate) pools: Vec<SubPool>,
     /// Pool indices in band order, lowest bytes first.
     chain: Vec<usize>,
-    /// Each pool's neighbours in the chain (derived from `chain` once: hot-path lookups).
+    /// Each pool's neighbours in the chain (hot-path lookups). Derived from `chain`, and
+    /// re-derived for the two ends whenever the middle band opens or empties.
     links: Vec<Links>,
-    plan: Plan,
-    latest: Option<u64>,
+    /// The middle band's pool, if the arena has one.
+    pub(crate) middle: Option<usize>,
+    /// Pools in the order their page moves must run (see [`Arena::move_order`]).
+    order: Vec<usize>,
+    pub(crate) plan: Plan,
+    pub(crate) latest: Option<u64>,
     max_moves: usize,
-    scratch: Vec<i64>,
+    pub(crate) scratch: Vec<i64>,
 }
 
 impl Arena {
@@ -108,23 +116,69 @@ impl Arena {
                 geos[i].min_virtual_page = geos[owner].min_page_index;
             }
         }
-        let pools: Vec<SubPool> = cfg
+        let mut pools: Vec<SubPool> = cfg
             .pools
             .iter()
             .zip(geos)
             .map(|(s, g)| SubPool::new(s, g, cfg.lazy))
             .collect::<Result<_>>()?;
-        Ok(Arena {
+        for spec in &cfg.pools {
+            if let Some(owner) = spec.id_owner {
+                pools[owner].dependents = true;
+            }
+        }
+        for p in &mut pools {
+            p.update_plain_free();
+        }
+        let middle = pools
+            .iter()
+            .position(|p| p.geo.direction == Direction::Middle);
+        let mut order: Vec<usize> = chain
+            .iter()
+            .copied()
+            .filter(|&i| middle != Some(i))
+            .collect();
+        order.extend(middle);
+        let mut arena = Arena {
             total_bytes: cfg.total_bytes,
             floor,
             plan: Plan::with_pools(pools.len()),
             links: links_of(&chain, pools.len()),
+            middle,
+            order,
             pools,
             chain,
             latest: None,
             max_moves: cfg.max_moves_per_flush,
             scratch: Vec::new(),
-        })
+        };
+        arena.relink();
+        Ok(arena)
+    }
+
+    /// Point the two ends at each other while the middle band is empty (it is transparent
+    /// then, and parked: see [`SubPool::park`]), and at the middle band while it holds
+    /// pages. No-op without a middle band.
+    #[inline]
+    pub(crate) fn relink(&mut self) {
+        let Some(m) = self.middle else { return };
+        let (up, down) = (self.chain[0], self.chain[2]);
+        let open = self.pools[m].span_pages() > 0;
+        if !open {
+            self.pools[m].park();
+        }
+        self.links[up].above = Some(if open { m } else { down });
+        self.links[down].below = Some(if open { m } else { up });
+    }
+
+    /// The neighbour of pool `i` in the chain above it (higher bytes), as linked now.
+    pub(crate) fn above(&self, i: usize) -> Option<usize> {
+        self.links[i].above
+    }
+
+    /// The neighbour of pool `i` in the chain below it (lower bytes), as linked now.
+    pub(crate) fn below(&self, i: usize) -> Option<usize> {
+        self.links[i].below
     }
 
     /// Bytes of the shared buffer.
@@ -194,6 +248,14 @@ impl Arena {
         match p.geo.direction {
             Direction::Up => self.limit_above(i).saturating_sub(p.high_byte()),
             Direction::Down => p.low_byte().saturating_sub(self.limit_below(i)),
+            // A middle band grows into the gaps on both of its sides.
+            Direction::Middle if p.span_pages() == 0 => {
+                self.limit_above(i).saturating_sub(self.limit_below(i))
+            }
+            Direction::Middle => {
+                self.limit_above(i).saturating_sub(p.high_byte())
+                    + p.low_byte().saturating_sub(self.limit_below(i))
+            }
         }
     }
 
@@ -201,6 +263,11 @@ impl Arena {
     /// an out-of-range `i`).
     pub fn available_pages(&self, i: usize) -> i64 {
         let Some(p) = self.pools.get(i) else { return 0 };
+        if self.middle.is_some() {
+            // An end band's allocation may slide the middle band, which packs it.
+            let bands = self.bands(|j| self.middle == Some(j) && j != i);
+            return p.holes.len() as i64 + bands.room(slot_of(p.geo.direction));
+        }
         p.holes.len() as i64 + self.extension_room(i, 0)
     }
 
@@ -210,10 +277,29 @@ impl Arena {
         if i >= self.pools.len() {
             return 0;
         }
+        if self.middle.is_some() {
+            // An allocation flushes the other bands urgently (the middle one by packing it
+            // as it slides): every pool but `i` counts as packed.
+            let slot = slot_of(self.pools[i].geo.direction);
+            let packed = self.bands(|j| j != i).room(slot);
+            return self
+                .available_pages(i)
+                .max(self.pools[i].holes.len() as i64 + packed);
+        }
         let extra = self
             .growth_neighbour(i)
             .map_or(0, |n| self.drainable_bytes(n));
         self.pools[i].holes.len() as i64 + self.extension_room(i, extra)
+    }
+
+    /// A snapshot of every band, those for which `packed(pool)` holds packed down to their
+    /// live pages.
+    pub(crate) fn bands(&self, packed: impl Fn(usize) -> bool) -> Bands {
+        let mut bands = Bands::new(self.total_bytes);
+        for (j, p) in self.pools.iter().enumerate() {
+            bands.set(slot_of(p.geo.direction), Band::of(p, packed(j)));
+        }
+        bands
     }
 
     fn drainable_bytes(&self, n: usize) -> u64 {
@@ -248,26 +334,40 @@ impl Arena {
         }
     }
 
-    /// The band that pool `i` grows towards.
+    /// The band that pool `i` grows towards (two-band arenas).
     #[inline]
     fn growth_neighbour(&self, i: usize) -> Option<usize> {
         match self.pools[i].geo.direction {
             Direction::Up => self.links[i].above,
             Direction::Down => self.links[i].below,
+            Direction::Middle => None,
         }
     }
 
-    /// Whether pool `i` may advance its watermark by `n` fresh pages (the frontier rule).
+    /// Whether pool `i` may take `n` fresh pages where its band stands now, without moving
+    /// any other band (the frontier rule, exact in bytes). For a middle band: above its top
+    /// (see [`Arena::fits_in_place`] for both of its ends).
     #[inline(always)]
-    fn can_extend(&self, i: usize, n: i64) -> bool {
+    pub(crate) fn can_extend(&self, i: usize, n: i64) -> bool {
+        // A middle band gets the grow-up check above its top only (a parked, empty one
+        // none): enough for its fast path; `make_room_with_middle` sees the rest.
         let p = &self.pools[i];
         if n > p.index_room() {
             return false;
         }
         let pb = p.geo.page_bytes;
         match p.geo.direction {
-            Direction::Up => (p.wm + n) as u64 * pb <= self.limit_above(i),
+            Direction::Up | Direction::Middle => (p.wm + n) as u64 * pb <= self.limit_above(i),
             Direction::Down => (p.wm - n + 1) as u64 * pb >= self.limit_below(i),
+        }
+    }
+
+    /// [`Arena::can_extend`] with a middle band's growth at both ends and anchoring.
+    pub(crate) fn fits_in_place(&self, i: usize, n: i64) -> bool {
+        if self.middle == Some(i) {
+            n <= self.middle_room_now(i)
+        } else {
+            self.can_extend(i, n)
         }
     }
 
@@ -306,7 +406,7 @@ impl Arena {
     pub fn alloc(&mut self, i: usize, num_pages: usize) -> Result<bool> {
         self.require_owner(i, "alloc")?;
         self.plan.reset();
-        let ok = if num_pages == 1 {
+        let ok = if num_pages == 1 && self.middle != Some(i) {
             self.alloc_one(i)
         } else {
             let ok = self.alloc_pages(i, num_pages);
@@ -346,6 +446,12 @@ impl Arena {
     /// [`UkvError::Argument`] when `num_tokens` is negative or not a page multiple.
     pub fn alloc_tokens(&mut self, i: usize, num_tokens: i64) -> Result<bool> {
         self.require_owner(i, "alloc")?;
+        let pages = self.pages_of_tokens(i, num_tokens)?;
+        self.alloc(i, pages)
+    }
+
+    /// `num_tokens` as whole pages of pool `i`, or an argument error.
+    pub(crate) fn pages_of_tokens(&self, i: usize, num_tokens: i64) -> Result<usize> {
         let ps = self.pools[i].geo.page_size as i64;
         if num_tokens < 0 || num_tokens % ps != 0 {
             return Err(UkvError::Argument {
@@ -354,25 +460,26 @@ impl Arena {
                 reason: format!("must be a non-negative multiple of page_size {ps}"),
             });
         }
-        self.alloc(i, (num_tokens / ps) as usize)
+        Ok((num_tokens / ps) as usize)
     }
 
     /// Bind caller-given virtual pages (minted by the owner) on non-owner pool `i`.
     /// Returns false, with nothing changed, when they do not fit.
     ///
     /// # Errors
-    /// [`UkvError::Argument`] for an owner pool, or a page already bound or repeated;
-    /// [`UkvError::InvalidId`] for a page outside the owner's id space.
+    /// [`UkvError::Argument`] for an owner pool, or a page already bound, repeated, or not
+    /// live on the owner; [`UkvError::InvalidId`] for a page outside the owner's id space.
     pub fn alloc_with_virtual(&mut self, i: usize, pages: &[i64]) -> Result<bool> {
         self.check_pool(i)?;
-        if self.pools[i].owner.is_none() {
+        let Some(owner) = self.pools[i].owner else {
             return Err(UkvError::Argument {
                 arg: "pool",
                 value: self.pools[i].name.clone(),
                 reason: "alloc_with_virtual needs a sub-pool that binds another pool's ids".into(),
             });
-        }
-        self.pools[i].check_bindable(pages)?;
+        };
+        let (o, p) = two_pools(&mut self.pools, owner, i);
+        p.check_bindable(pages, o)?;
         self.plan.reset();
         let ok = self.make_room(i, pages.len() as i64);
         if ok {
@@ -385,6 +492,7 @@ impl Arena {
     }
 
     /// Take `n` free ids of owner pool `i` and bind them; the plan's `pages` gets them.
+    #[inline(always)]
     pub(crate) fn alloc_pages(&mut self, i: usize, n: usize) -> bool {
         if n == 0 {
             return true;
@@ -392,6 +500,15 @@ impl Arena {
         if n > self.pools[i].free_ids.len() || !self.make_room(i, n as i64) {
             return false;
         }
+        self.take_ids(i, n);
+        self.bind_pages(i);
+        true
+    }
+
+    /// Move the first `n` free ids of owner pool `i` (there are that many) to the plan's
+    /// pages.
+    #[inline(always)]
+    pub(crate) fn take_ids(&mut self, i: usize, n: usize) {
         let (free_ids, pages) = (&mut self.pools[i].free_ids, &mut self.plan.pages);
         if n <= SMALL_BATCH {
             // `drain` costs more than the copy itself for a handful of ids.
@@ -409,8 +526,6 @@ impl Arena {
             pages.extend_from_slice(&back[..n - k]);
             free_ids.drain(..n);
         }
-        self.bind_pages(i);
-        true
     }
 
     /// Make sure `n` pages can be taken from pool `i`, flushing its neighbour urgently
@@ -424,6 +539,9 @@ impl Arena {
     /// that is enough.
     #[inline(never)]
     fn make_room_by_flushing(&mut self, i: usize, n: i64) -> bool {
+        if self.middle.is_some() {
+            return self.make_room_with_middle(i, n);
+        }
         if n > self.schedulable_pages(i) {
             return false;
         }
@@ -442,7 +560,11 @@ impl Arena {
     }
 
     /// Bind `plan.pages` on pool `i`: holes first (FIFO), then a fresh ascending extension.
-    fn bind_pages(&mut self, i: usize) {
+    #[inline]
+    pub(crate) fn bind_pages(&mut self, i: usize) {
+        if self.middle == Some(i) {
+            return self.bind_middle(i);
+        }
         let n = self.plan.pages.len() as i64;
         let n_holes = (self.pools[i].holes.len() as i64).min(n);
         // `make_room` ran the exact frontier check on this very state just before.
@@ -456,7 +578,7 @@ impl Arena {
     }
 
     /// Expand the plan's pages of pool `i` into tokens, ascending inside each page.
-    fn expand_tokens(&mut self, i: usize) {
+    pub(crate) fn expand_tokens(&mut self, i: usize) {
         let ps = self.pools[i].geo.page_size as i64;
         let plan = &mut self.plan;
         if ps == 1 {
@@ -491,11 +613,20 @@ impl Arena {
         );
     }
 
+    /// Keep each changed table row of the plan once, with its final value: after an
+    /// operation that compacted a pool and then bound pages of it (rare paths only).
+    pub(crate) fn dedupe_plan(&mut self) {
+        for (pool, plan) in self.pools.iter().zip(self.plan.pools.iter_mut()) {
+            plan.dedupe_rows(&pool.v2p, &pool.p2v);
+        }
+    }
+
     // ----- free -------------------------------------------------------------------------
 
     /// Free the pages of these virtual tokens on pool `i` (a page goes when any of its
     /// tokens is named). Eager mode compacts at once; lazy mode leaves holes. Inside a free
-    /// group the pages are only queued.
+    /// group the pages are only queued. On an owner whose ids another pool binds (the full
+    /// side of a SWA pair), a page released here is released there too.
     ///
     /// # Errors
     /// [`UkvError::InvalidId`] for a negative, reserved or out-of-range id;
@@ -504,7 +635,7 @@ impl Arena {
     pub fn free(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
         self.check_pool(i)?;
         if let [t] = *tokens {
-            if self.pools[i].group.is_none() {
+            if self.pools[i].plain_free {
                 return self.free_one(i, t);
             }
         }
@@ -516,7 +647,7 @@ impl Arena {
     /// stack frame.
     #[inline(never)]
     fn free_many(&mut self, i: usize, tokens: &[i64]) -> Result<()> {
-        if self.pools[i].group.is_none() && self.pools[i].tokens_are_live_pages(tokens) {
+        if self.pools[i].plain_free && self.pools[i].tokens_are_live_pages(tokens) {
             // Page size 1, ascending, all live: the tokens are the pages, no copy needed.
             self.plan.reset();
             self.pools[i].release(tokens, &mut self.plan.pools[i]);
@@ -531,16 +662,53 @@ impl Arena {
             return checked;
         }
         self.plan.reset();
+        let dependents = self.pools[i].dependents;
         match self.pools[i].group.as_mut() {
             Some(group) => {
                 group.set.extend(pages.iter().copied());
                 group.pages.extend_from_slice(&pages);
             }
+            // An owner whose ids another pool binds releases them there too; the middle
+            // band relinks the ends when it empties.
+            None if dependents => self.release_everywhere(i, &pages),
             None => self.pools[i].release(&pages, &mut self.plan.pools[i]),
         }
         self.scratch = pages;
+        self.relink();
         self.finish_plan();
         Ok(())
+    }
+
+    /// Release validated live pages of owner `i`, and first release them on every pool
+    /// that binds them (taking them out of that pool's open free group if they are queued
+    /// there): no pool keeps a binding of an id its owner no longer holds.
+    pub(crate) fn release_everywhere(&mut self, i: usize, pages: &[i64]) {
+        for j in 0..self.pools.len() {
+            if self.pools[j].owner != Some(i) {
+                continue;
+            }
+            let dep = &mut self.pools[j];
+            let bound: Vec<i64> = pages
+                .iter()
+                .copied()
+                .filter(|&v| dep.v2p[v as usize] != TOMBSTONE)
+                .collect();
+            if bound.is_empty() {
+                continue;
+            }
+            if let Some(group) = dep.group.as_mut() {
+                let queued: HashSet<i64> = bound
+                    .iter()
+                    .copied()
+                    .filter(|v| group.set.remove(v))
+                    .collect();
+                if !queued.is_empty() {
+                    group.pages.retain(|v| !queued.contains(v));
+                }
+            }
+            dep.release(&bound, &mut self.plan.pools[j]);
+        }
+        self.pools[i].release(pages, &mut self.plan.pools[i]);
     }
 
     /// Hot path of [`Arena::free`]: one token, no free group open (a request's single page
@@ -567,6 +735,7 @@ impl Arena {
             });
         }
         self.pools[i].group = Some(FreeGroup::default());
+        self.pools[i].update_plain_free();
         self.plan.reset();
         Ok(())
     }
@@ -585,8 +754,14 @@ impl Arena {
                 value: self.pools[i].name.clone(),
                 reason: "no free group is open on this sub-pool".into(),
             })?;
+        self.pools[i].update_plain_free();
         self.plan.reset();
-        self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
+        if self.pools[i].dependents {
+            self.release_everywhere(i, &group.pages);
+        } else {
+            self.pools[i].release(&group.pages, &mut self.plan.pools[i]);
+        }
+        self.relink();
         self.finish_plan();
         Ok(())
     }
@@ -606,6 +781,7 @@ impl Arena {
         let moves = (0..self.pools.len())
             .map(|i| self.flush_one(i, urgent))
             .sum();
+        self.relink();
         self.finish_plan();
         moves
     }
@@ -618,11 +794,12 @@ impl Arena {
         self.check_pool(i)?;
         self.plan.reset();
         let moves = self.flush_one(i, urgent);
+        self.relink();
         self.finish_plan();
         Ok(moves)
     }
 
-    fn flush_one(&mut self, i: usize, urgent: bool) -> usize {
+    pub(crate) fn flush_one(&mut self, i: usize, urgent: bool) -> usize {
         let mode = FlushMode {
             urgent,
             max_moves: self.max_moves,
@@ -661,15 +838,22 @@ impl Arena {
 
     // ----- misc -------------------------------------------------------------------------
 
-    /// Free everything on pool `i`. The plan marks the pool's tables as rewritten whole.
+    /// Free everything on pool `i`, and the bindings every pool holds on `i`'s ids (a SWA
+    /// side is cleared with its full side: no binding outlives the id it binds). The plan
+    /// marks each cleared pool's tables as rewritten whole.
     ///
     /// # Errors
     /// [`UkvError::Argument`] for a bad pool index.
     pub fn clear(&mut self, i: usize) -> Result<()> {
         self.check_pool(i)?;
         self.plan.reset();
-        self.pools[i].clear();
-        self.plan.pools[i].reset = true;
+        for j in 0..self.pools.len() {
+            if j == i || self.pools[j].owner == Some(i) {
+                self.pools[j].clear();
+                self.plan.pools[j].reset = true;
+            }
+        }
+        self.relink();
         Ok(())
     }
 
@@ -684,6 +868,25 @@ impl Arena {
     pub fn chain(&self) -> &[usize] {
         &self.chain
     }
+
+    /// The order in which a plan's page moves must run, pool by pool: the end bands, then
+    /// the middle band. A middle band that slides moves into bytes an end band's urgent
+    /// flush in the same plan has just vacated, so those sources must be copied first. (The
+    /// two ends never touch each other's bytes within one plan.)
+    pub fn move_order(&self) -> &[usize] {
+        &self.order
+    }
+}
+
+/// Pool `a` shared and pool `b` mutable (`a != b`).
+fn two_pools(pools: &mut [SubPool], a: usize, b: usize) -> (&SubPool, &mut SubPool) {
+    if a < b {
+        let (lo, hi) = pools.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = pools.split_at_mut(a);
+        (&hi[0], &mut lo[b])
+    }
 }
 
 /// Check the pool list and return the band order (lowest bytes first).
@@ -693,11 +896,11 @@ fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
         value,
         reason: reason.to_string(),
     };
-    if pools.is_empty() || pools.len() > 2 {
+    if pools.is_empty() || pools.len() > 3 {
         return Err(config(
             "pools",
             pools.len().to_string(),
-            "need one or two sub-pools (a middle band for N > 2 is not implemented yet)",
+            "need one or two sub-pools, or three with a middle band between them",
         ));
     }
     for (i, p) in pools.iter().enumerate() {
@@ -735,12 +938,24 @@ fn validate_pools(pools: &[PoolSpec]) -> Result<Vec<usize>> {
     let downs: Vec<usize> = (0..pools.len())
         .filter(|&i| pools[i].direction == Direction::Down)
         .collect();
-    if ups.len() > 1 || downs.len() > 1 {
+    let middles: Vec<usize> = (0..pools.len())
+        .filter(|&i| pools[i].direction == Direction::Middle)
+        .collect();
+    let ends_ok = ups.len() <= 1 && downs.len() <= 1;
+    let middle_ok =
+        middles.is_empty() || (middles.len() == 1 && ups.len() == 1 && downs.len() == 1);
+    if !ends_ok || !middle_ok {
         return Err(config(
             "grow",
-            format!("{} up, {} down", ups.len(), downs.len()),
-            "need exactly one grow-up and one grow-down sub-pool",
+            format!(
+                "{} up, {} middle, {} down",
+                ups.len(),
+                middles.len(),
+                downs.len()
+            ),
+            "need at most one grow-up and one grow-down sub-pool, and a middle band only \
+             between both",
         ));
     }
-    Ok(ups.into_iter().chain(downs).collect())
+    Ok(ups.into_iter().chain(middles).chain(downs).collect())
 }

@@ -16,6 +16,11 @@ const MAX_PAGE_SIZE: u64 = 1 << 16;
 pub enum Direction {
     /// Hands out pages `min_page_index, min_page_index + 1, ...` from the low end.
     Up,
+    /// Floats between the grow-up and the grow-down band (an arena has at most one): its
+    /// band `[base, watermark)` grows at either end and slides when an end band needs its
+    /// bytes (see `crate::middle`). Declared between the ends, in band order: the hot
+    /// paths then tell "grows upwards" (up or middle) from "down" with one compare.
+    Middle,
     /// Hands out pages `num_pages - 1, num_pages - 2, ...` from the high end.
     Down,
 }

@@ -4,8 +4,11 @@
 //! 2. v2p and p2v are inverse on every live page, and every bound page is inside the band.
 //! 3. `span == live + holes + pending`; holes and pending pages are distinct band pages
 //!    with no owner; eager pools have neither (the band is hole-free).
-//! 4. An owner's free ids and live ids partition its id space.
-//! 5. Neighbouring bands do not overlap in bytes, and every band is above the floor.
+//! 4. An owner's free ids and live ids partition its id space, and every id a non-owner
+//!    binds is live on its owner.
+//! 5. Neighbouring bands do not overlap in bytes, and every band is above the floor. An
+//!    empty middle band is transparent: the two ends must not overlap each other then, and
+//!    the ends are linked to each other exactly while it is empty.
 
 use std::collections::HashSet;
 
@@ -22,12 +25,20 @@ impl Arena {
     pub fn check_invariants(&self) -> Result<()> {
         for i in 0..self.num_pools() {
             check_pool(self.pool(i))?;
+            self.check_bindings(i)?;
         }
         self.check_frontiers()
     }
 
     fn check_frontiers(&self) -> Result<()> {
-        let chain = self.chain();
+        // The bands that hold bytes, lowest first (an empty middle band holds none).
+        let chain: Vec<usize> = self
+            .chain()
+            .iter()
+            .copied()
+            .filter(|&i| self.middle != Some(i) || self.pool(i).span_pages() > 0)
+            .collect();
+        self.check_links(&chain)?;
         for w in chain.windows(2) {
             let (lo, hi) = (self.pool(w[0]), self.pool(w[1]));
             if lo.high_byte() > hi.low_byte() {
@@ -43,7 +54,7 @@ impl Arena {
                 ));
             }
         }
-        for &i in chain {
+        for &i in &chain {
             let p = self.pool(i);
             if p.span_pages() > 0 && p.low_byte() < self.reserved_floor() {
                 return Err(broken(
@@ -60,6 +71,53 @@ impl Arena {
     }
 }
 
+impl Arena {
+    /// A non-owner binds only ids that are live on its owner.
+    fn check_bindings(&self, i: usize) -> Result<()> {
+        let p = self.pool(i);
+        let Some(o) = p.owner else { return Ok(()) };
+        let owner = self.pool(o);
+        if !owner.dependents {
+            return Err(broken(
+                owner.name(),
+                "not marked as having dependents".into(),
+            ));
+        }
+        let stale = (1..p.geo.num_virtual_pages)
+            .find(|&v| p.v2p()[v as usize] != TOMBSTONE && owner.v2p()[v as usize] == TOMBSTONE);
+        match stale {
+            Some(v) => Err(broken(
+                p.name(),
+                format!(
+                    "binds page {v}, which is not live on its owner {:?}",
+                    owner.name()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Each band's neighbours are the adjacent bands of `chain` (the bands holding bytes,
+    /// plus the ends).
+    fn check_links(&self, chain: &[usize]) -> Result<()> {
+        let Some(m) = self.middle else { return Ok(()) };
+        let (up, down) = (self.chain()[0], self.chain()[2]);
+        let open = chain.contains(&m);
+        let want = if open { (m, m) } else { (down, up) };
+        let got = (self.above(up), self.below(down));
+        if got != (Some(want.0), Some(want.1)) {
+            return Err(broken(
+                "arena",
+                format!(
+                    "ends linked to {got:?} but the middle band is {} (want {want:?})",
+                    if open { "open" } else { "empty" }
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn broken(pool: &str, detail: String) -> UkvError {
     UkvError::Invariant {
         pool: pool.to_string(),
@@ -68,6 +126,13 @@ fn broken(pool: &str, detail: String) -> UkvError {
 }
 
 fn check_pool(p: &SubPool) -> Result<()> {
+    let plain = p.group.is_none() && !p.dependents && p.geo.direction != Direction::Middle;
+    if p.plain_free != plain {
+        return Err(broken(
+            p.name(),
+            format!("fast-free flag {} but {plain} expected", p.plain_free),
+        ));
+    }
     check_sentinels(p)?;
     check_inverse(p)?;
     check_span(p)?;
@@ -193,11 +258,20 @@ fn check_span(p: &SubPool) -> Result<()> {
         Direction::Down => {
             p.watermark() >= p.geo.min_page_index - 1 && p.watermark() < p.geo.num_pages
         }
+        Direction::Middle => {
+            p.geo.min_page_index <= p.base
+                && p.base <= p.watermark()
+                && p.watermark() <= p.geo.num_pages
+        }
     };
     if !band_ok {
         return Err(broken(
             p.name(),
-            format!("watermark {} outside the index space", p.watermark()),
+            format!(
+                "watermark {} (base {}) outside the index space",
+                p.watermark(),
+                p.base
+            ),
         ));
     }
     Ok(())

@@ -48,14 +48,7 @@ impl SubPool {
             return 0;
         }
         if mode.urgent {
-            // Settle both hazards at once: after this wait nothing in flight touches the band.
-            if let Some(t) = latest.take() {
-                if !waits.contains(&t) {
-                    waits.push(t);
-                }
-            }
-            self.write_set.clear();
-            self.write_token = None;
+            self.settle_hazards(latest, waits);
         }
         let base = plan.src.len();
         let moves = self.walk_survivors(mode, plan);
@@ -65,7 +58,7 @@ impl SubPool {
             self.holes.clear();
             let packed = self.live as i64;
             self.wm = match self.geo.direction {
-                Direction::Up => self.geo.min_page_index + packed,
+                Direction::Up | Direction::Middle => self.base + packed,
                 Direction::Down => self.geo.num_pages - 1 - packed,
             };
         } else if self.dispose_vacated(&plan.src[base..], *latest) {
@@ -75,6 +68,18 @@ impl SubPool {
         moves
     }
 
+    /// Settle both hazards at once before moving pages urgently: the caller waits on the
+    /// newest forward in flight, after which nothing in flight touches the band.
+    pub(crate) fn settle_hazards(&mut self, latest: &mut Option<u64>, waits: &mut Vec<u64>) {
+        if let Some(t) = latest.take() {
+            if !waits.contains(&t) {
+                waits.push(t);
+            }
+        }
+        self.write_set.clear();
+        self.write_token = None;
+    }
+
     fn sort_holes(&mut self) {
         let holes = self.holes.make_contiguous();
         if !crate::subpool::is_ascending(holes) {
@@ -82,13 +87,20 @@ impl SubPool {
         }
     }
 
-    /// Move the watermark inwards over holes that touch it.
+    /// Move the watermark inwards over holes that touch it; a middle band also raises its
+    /// base over holes at its low end (both ends of a floating band are frontiers).
     fn absorb_boundary_holes(&mut self) {
         match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 while self.holes.back() == Some(&(self.wm - 1)) {
                     self.holes.pop_back();
                     self.wm -= 1;
+                }
+                if self.geo.direction == Direction::Middle {
+                    while self.holes.front() == Some(&self.base) {
+                        self.holes.pop_front();
+                        self.base += 1;
+                    }
                 }
             }
             Direction::Down => {
@@ -122,9 +134,9 @@ impl SubPool {
         let n = holes.len().min(cap);
         let p2v = &self.p2v;
         match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 // Survivors from the top of the band down; holes from the lowest up.
-                let floor = self.geo.min_page_index;
+                let floor = self.base;
                 let mut src = self.wm - 1;
                 for &dst in &holes[..n] {
                     while src >= floor && p2v[src as usize] == TOMBSTONE {
@@ -156,7 +168,7 @@ impl SubPool {
         let moves = plan.src.len() - base;
         // The consumed destinations are the first `moves` holes (up) or the last (down).
         match self.geo.direction {
-            Direction::Up => drop(self.holes.drain(..moves)),
+            Direction::Up | Direction::Middle => drop(self.holes.drain(..moves)),
             Direction::Down => self.holes.truncate(self.holes.len() - moves),
         }
         moves
@@ -176,7 +188,7 @@ impl SubPool {
 
     /// Apply the moves recorded in the plan from index `base` on to the tables, and record
     /// the changed rows: v2p of each moved id, p2v of each destination and source.
-    fn apply_moves(&mut self, base: usize, plan: &mut PoolPlan) {
+    pub(crate) fn apply_moves(&mut self, base: usize, plan: &mut PoolPlan) {
         let n = plan.src.len() - base;
         if n == 0 {
             return;
@@ -221,7 +233,7 @@ impl SubPool {
     }
 
     /// Release every pending batch into the holes; their tokens must be waited on.
-    fn drain_all_pending(&mut self, waits: &mut Vec<u64>) {
+    pub(crate) fn drain_all_pending(&mut self, waits: &mut Vec<u64>) {
         for batch in self.pending.drain(..) {
             if !waits.contains(&batch.token) {
                 waits.push(batch.token);

@@ -2,10 +2,12 @@
 //!
 //! Bookkeeping for a unified KV-cache pool: one byte buffer shared by sub-pools that grow
 //! from its two ends (full-attention KV at one end, Mamba state or sliding-window KV at the
-//! other). Callers hold stable **virtual** page ids; the bytes behind them live at
-//! **physical** pages that compaction may move. This crate decides everything (which page,
-//! which moves, which table rows change) and moves no bytes: every operation leaves a
-//! [`Plan`] that the caller executes on its device.
+//! other), optionally with a third band floating between them. Callers hold stable
+//! **virtual** page ids; the bytes behind them live at **physical** pages that compaction
+//! may move. This crate decides everything (which page, which moves, which table rows
+//! change) and moves no bytes: every operation leaves a [`Plan`] that the caller executes
+//! on its device. The hybrid composites' operations (a SWA pair's joint allocation and
+//! capacity, the Mamba slot translate and shortage report) are single plans too.
 //!
 //! It has no Python dependency and is tested, fuzzed and benchmarked with plain cargo.
 //!
@@ -28,10 +30,13 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod arena;
+mod capacity;
+mod composite;
 mod error;
 mod geometry;
 mod invariants;
 mod lazy;
+mod middle;
 mod paged;
 mod plan;
 mod subpool;

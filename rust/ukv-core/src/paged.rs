@@ -29,6 +29,24 @@ impl Arena {
         last_loc: Option<&[i64]>,
     ) -> Result<bool> {
         self.require_owner_pub(i, "alloc_extend")?;
+        let new_pages = self.extend_new_pages(i, prefix_lens, seq_lens, last_loc)?;
+        self.plan_mut().reset();
+        let ok = self.alloc_pages(i, new_pages);
+        if ok {
+            self.fill_extend_tokens(i, prefix_lens, seq_lens, last_loc);
+        }
+        self.finish_plan();
+        Ok(ok)
+    }
+
+    /// Validate an extend batch on owner pool `i` and count the new pages it needs.
+    pub(crate) fn extend_new_pages(
+        &self,
+        i: usize,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) -> Result<usize> {
         check_same_len("seq_lens", seq_lens.len(), prefix_lens.len())?;
         if let Some(l) = last_loc {
             check_same_len("last_loc", l.len(), prefix_lens.len())?;
@@ -49,11 +67,18 @@ impl Arena {
                 self.check_last_loc(i, last_loc, r, pre - 1)?;
             }
         }
-        self.plan_mut().reset();
-        if !self.alloc_pages(i, new_pages) {
-            self.finish_plan();
-            return Ok(false);
-        }
+        Ok(new_pages)
+    }
+
+    /// Write the extend batch's token ids into the plan, from the new pages it holds.
+    pub(crate) fn fill_extend_tokens(
+        &mut self,
+        i: usize,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) {
+        let ps = self.pool(i).geometry().page_size as i64;
         let plan = self.plan_mut();
         let mut pages = plan.pages.iter();
         for (r, (&pre, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
@@ -79,8 +104,6 @@ impl Arena {
                 plan.token_req.resize(len, -1);
             }
         }
-        self.finish_plan();
-        Ok(true)
     }
 
     /// Allocate one decode token per request on owner pool `i`; `seq_lens[r]` is the
@@ -96,6 +119,23 @@ impl Arena {
         last_loc: Option<&[i64]>,
     ) -> Result<bool> {
         self.require_owner_pub(i, "alloc_decode")?;
+        let new_pages = self.decode_new_pages(i, seq_lens, last_loc)?;
+        self.plan_mut().reset();
+        let ok = self.alloc_pages(i, new_pages);
+        if ok {
+            self.fill_decode_tokens(i, seq_lens, last_loc);
+        }
+        self.finish_plan();
+        Ok(ok)
+    }
+
+    /// Validate a decode batch on owner pool `i` and count the new pages it needs.
+    pub(crate) fn decode_new_pages(
+        &self,
+        i: usize,
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) -> Result<usize> {
         if let Some(l) = last_loc {
             check_same_len("last_loc", l.len(), seq_lens.len())?;
         }
@@ -115,11 +155,17 @@ impl Arena {
                 self.check_last_loc(i, last_loc, r, seq - 2)?;
             }
         }
-        self.plan_mut().reset();
-        if !self.alloc_pages(i, new_pages) {
-            self.finish_plan();
-            return Ok(false);
-        }
+        Ok(new_pages)
+    }
+
+    /// Write the decode batch's token ids into the plan, from the new pages it holds.
+    pub(crate) fn fill_decode_tokens(
+        &mut self,
+        i: usize,
+        seq_lens: &[i64],
+        last_loc: Option<&[i64]>,
+    ) {
+        let ps = self.pool(i).geometry().page_size as i64;
         let plan = self.plan_mut();
         let mut pages = plan.pages.iter();
         for (r, &seq) in seq_lens.iter().enumerate() {
@@ -135,8 +181,6 @@ impl Arena {
                 plan.token_req.push(req);
             }
         }
-        self.finish_plan();
-        Ok(true)
     }
 
     /// With host `last_loc`, request `r`'s last token must be live and sit at the page
@@ -168,7 +212,7 @@ impl Arena {
         Ok(())
     }
 
-    fn require_owner_pub(&self, i: usize, op: &str) -> Result<()> {
+    pub(crate) fn require_owner_pub(&self, i: usize, op: &str) -> Result<()> {
         let pool = self.try_pool(i)?;
         if !pool.is_id_owner() {
             return Err(UkvError::Argument {

@@ -3,8 +3,12 @@
 //! The core only decides; the caller owns the bytes. After every operation the caller
 //! reads the [`Plan`] and, in this order: makes its stream wait on `wait_tokens`, copies
 //! every `(src[i], dst[i])` page of each sub-pool (all pairs of one sub-pool at once: the
-//! src and dst sets of one plan are disjoint, so order does not matter), then writes the
-//! changed v2p/p2v rows into any device mirror of the tables.
+//! src and dst sets of one sub-pool's moves are disjoint, so order does not matter), one
+//! sub-pool after the other in [`crate::Arena::move_order`] (a middle band last: it may
+//! move into bytes an end band's moves vacate in the same plan), then writes the changed
+//! v2p/p2v rows into any device mirror of the tables.
+
+use std::collections::HashSet;
 
 /// The part of a plan that concerns one sub-pool.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -82,6 +86,20 @@ impl PoolPlan {
             rows.len() == vals.len() && rows.iter().zip(vals).all(|(&r, &v)| table[r as usize] == v)
         };
         ok(&self.v2p_rows, &self.v2p_vals, v2p) && ok(&self.p2v_rows, &self.p2v_vals, p2v)
+    }
+
+    /// Keep each changed row once, with its final table value. Needed after an operation
+    /// that compacted a pool and then bound pages of it: a vacated page can be written as a
+    /// tombstone and then rebound, and a device scatter with repeated rows is not ordered.
+    pub(crate) fn dedupe_rows(&mut self, v2p: &[i64], p2v: &[i64]) {
+        fn keep_once(rows: &mut Vec<i64>, vals: &mut Vec<i64>, table: &[i64]) {
+            let mut seen = HashSet::with_capacity(rows.len());
+            rows.retain(|&r| seen.insert(r));
+            vals.clear();
+            vals.extend(rows.iter().map(|&r| table[r as usize]));
+        }
+        keep_once(&mut self.v2p_rows, &mut self.v2p_vals, v2p);
+        keep_once(&mut self.p2v_rows, &mut self.p2v_vals, p2v);
     }
 
     /// True when there is nothing to do for this sub-pool.

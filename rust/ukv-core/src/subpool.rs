@@ -45,13 +45,26 @@ pub struct SubPool {
     pub(crate) name: String,
     pub(crate) geo: Geometry,
     pub(crate) owner: Option<usize>,
+    /// Another pool binds this pool's ids: releasing an id releases it there too.
+    pub(crate) dependents: bool,
+    /// `Arena::free` may take its one-token fast path: no free group open, no dependents to
+    /// release, not the middle band (which relinks the ends). One flag on the hot path.
+    pub(crate) plain_free: bool,
     pub(crate) lazy: bool,
     /// `num_virtual_pages + 1` rows; the last row is a tombstone sentinel.
     pub(crate) v2p: Vec<i64>,
     /// `num_pages + 1` rows; the last row is a tombstone sentinel.
     pub(crate) p2v: Vec<i64>,
-    /// Up: first free page (band `[min, wm)`). Down: highest free page (band `(wm, num_pages)`).
+    /// Up and middle: first free page (band `[base, wm)`). Down: highest free page (band
+    /// `(wm, num_pages)`).
     pub(crate) wm: i64,
+    /// Up and middle: first page of the band. Fixed at `min_page_index` for a grow-up pool;
+    /// a middle band moves it (it grows, is absorbed or slides at its low end). Unused by a
+    /// grow-down pool.
+    pub(crate) base: i64,
+    /// How the watermark moves when the band grows by a page: +1 upwards (up and middle
+    /// bands), -1 downwards. Lets the one-page hot paths step without a branch.
+    pub(crate) step: i64,
     /// Live virtual pages.
     pub(crate) live: usize,
     /// Free virtual page ids (owners only): alloc takes the front, free appends at the back.
@@ -89,10 +102,18 @@ impl SubPool {
         let mut pool = SubPool {
             name: spec.name.clone(),
             owner: spec.id_owner,
+            dependents: false,
+            plain_free: false,
             lazy,
             v2p: table(spec, virt + 1, TOMBSTONE)?,
             p2v: table(spec, geo.num_pages as usize + 1, TOMBSTONE)?,
             wm: 0,
+            base: geo.min_page_index,
+            step: if geo.direction == Direction::Down {
+                -1
+            } else {
+                1
+            },
             live: 0,
             free_ids,
             holes: VecDeque::new(),
@@ -113,10 +134,14 @@ impl SubPool {
 
     /// Forget every allocation: all ids free, tables reset, watermark at the start.
     pub(crate) fn clear(&mut self) {
+        self.base = self.geo.min_page_index;
         self.wm = match self.geo.direction {
-            Direction::Up => self.geo.min_page_index,
+            Direction::Up | Direction::Middle => self.base,
             Direction::Down => self.geo.num_pages - 1,
         };
+        if self.geo.direction == Direction::Middle {
+            self.park();
+        }
         self.v2p.fill(TOMBSTONE);
         self.p2v.fill(TOMBSTONE);
         self.v2p[0] = 0;
@@ -133,6 +158,21 @@ impl SubPool {
         self.write_set.clear();
         self.write_token = None;
         self.group = None;
+        self.update_plain_free();
+    }
+
+    /// Recompute `plain_free` (after a free group opens or closes).
+    pub(crate) fn update_plain_free(&mut self) {
+        self.plain_free =
+            self.group.is_none() && !self.dependents && self.geo.direction != Direction::Middle;
+    }
+
+    /// An empty middle band has no place until its next allocation anchors it. It waits at
+    /// the top of its index space, where the grow-up fast path (`index_room` 0) sends every
+    /// fresh allocation to the arena's slow path, which anchors it.
+    pub(crate) fn park(&mut self) {
+        self.base = self.geo.num_pages;
+        self.wm = self.geo.num_pages;
     }
 
     /// Name of the sub-pool.
@@ -198,31 +238,35 @@ impl SubPool {
     /// Pages of the band between the floor (or top) and the watermark: live + holes + pending.
     pub fn span_pages(&self) -> i64 {
         match self.geo.direction {
-            Direction::Up => self.wm - self.geo.min_page_index,
+            Direction::Up | Direction::Middle => self.wm - self.base,
             Direction::Down => self.geo.num_pages - 1 - self.wm,
         }
     }
 
     /// Lowest byte of the band (inclusive). Equals `high_byte` when the band is empty.
     pub fn low_byte(&self) -> u64 {
-        match self.geo.direction {
-            Direction::Up => self.geo.page_start(self.geo.min_page_index),
-            Direction::Down => self.geo.page_start(self.wm + 1),
-        }
+        // One multiply on the frontier hot path: pick the page, then convert.
+        let page = match self.geo.direction {
+            Direction::Up | Direction::Middle => self.base,
+            Direction::Down => self.wm + 1,
+        };
+        self.geo.page_start(page)
     }
 
     /// One past the highest byte of the band.
     pub fn high_byte(&self) -> u64 {
-        match self.geo.direction {
-            Direction::Up => self.geo.page_start(self.wm),
-            Direction::Down => self.geo.page_start(self.geo.num_pages),
-        }
+        let page = match self.geo.direction {
+            Direction::Up | Direction::Middle => self.wm,
+            Direction::Down => self.geo.num_pages,
+        };
+        self.geo.page_start(page)
     }
 
-    /// Pages the watermark can still advance by in the index space alone.
+    /// Pages the watermark can still advance by in the index space alone (a middle band:
+    /// at its top end).
     pub(crate) fn index_room(&self) -> i64 {
         match self.geo.direction {
-            Direction::Up => self.geo.num_pages - self.wm,
+            Direction::Up | Direction::Middle => self.geo.num_pages - self.wm,
             Direction::Down => self.wm + 1 - self.geo.min_page_index,
         }
     }
@@ -231,7 +275,7 @@ impl SubPool {
     #[inline]
     pub(crate) fn in_band(&self, p: i64) -> bool {
         match self.geo.direction {
-            Direction::Up => p >= self.geo.min_page_index && p < self.wm,
+            Direction::Up | Direction::Middle => p >= self.base && p < self.wm,
             Direction::Down => p > self.wm && p < self.geo.num_pages,
         }
     }
@@ -256,7 +300,7 @@ impl SubPool {
         page < self.geo.num_virtual_pages && self.v2p[page as usize] != TOMBSTONE
     }
 
-    fn next_mark_gen(&mut self) -> u32 {
+    pub(crate) fn next_mark_gen(&mut self) -> u32 {
         self.mark_gen = self.mark_gen.wrapping_add(1);
         if self.mark_gen == 0 {
             self.marks.fill(0);
@@ -532,15 +576,23 @@ impl SubPool {
     }
 
     #[inline(always)]
-    fn group_contains(&self, page: i64) -> bool {
+    pub(crate) fn group_contains(&self, page: i64) -> bool {
         self.group.as_ref().is_some_and(|g| g.set.contains(&page))
     }
 
-    /// Validate virtual pages for `alloc_with_virtual` (non-owner binding).
-    pub(crate) fn check_bindable(&mut self, pages: &[i64]) -> Result<()> {
+    /// Validate virtual pages for `alloc_with_virtual` (non-owner binding): each one a
+    /// real page of the owner's id space, live on `owner`, not bound here yet, not repeated.
+    pub(crate) fn check_bindable(&mut self, pages: &[i64], owner: &SubPool) -> Result<()> {
         let gen = self.next_mark_gen();
         for &v in pages {
             self.check_virtual_page(v, v, "page")?;
+            if owner.v2p[v as usize] == TOMBSTONE {
+                return Err(UkvError::Argument {
+                    arg: "virtual_pages",
+                    value: v.to_string(),
+                    reason: format!("page is not live on the owner {:?}", owner.name),
+                });
+            }
             if self.v2p[v as usize] != TOMBSTONE {
                 return Err(UkvError::Argument {
                     arg: "virtual_pages",
@@ -563,10 +615,11 @@ impl SubPool {
 
     /// Advance the watermark by `n` fresh pages and bind `vpages[i]` to the i-th of them,
     /// ascending. The arena has checked the frontier and the index room.
+    #[inline(always)]
     pub(crate) fn bind_extension(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let n = vpages.len() as i64;
         let start = match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 let s = self.wm;
                 self.wm += n;
                 s
@@ -576,6 +629,20 @@ impl SubPool {
                 self.wm + 1
             }
         };
+        self.bind_run(start, vpages, plan);
+    }
+
+    /// Middle band: grow at the low end, binding `vpages[i]` to the i-th of the fresh pages
+    /// just below the base, ascending. The arena has checked the frontier below.
+    pub(crate) fn bind_below(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
+        self.base -= vpages.len() as i64;
+        self.bind_run(self.base, vpages, plan);
+    }
+
+    /// Bind `vpages[i]` to fresh page `start + i`.
+    #[inline(always)]
+    fn bind_run(&mut self, start: i64, vpages: &[i64], plan: &mut PoolPlan) {
+        let n = vpages.len() as i64;
         if vpages.len() <= SMALL_BATCH {
             // A few pages: element-wise beats four `memcpy` calls.
             for (p, &v) in (start..).zip(vpages) {
@@ -602,16 +669,10 @@ impl SubPool {
     pub(crate) fn bind_one(&mut self, v: i64, plan: &mut PoolPlan) {
         let p = match self.holes.pop_front() {
             Some(h) => h,
-            None => match self.geo.direction {
-                Direction::Up => {
-                    self.wm += 1;
-                    self.wm - 1
-                }
-                Direction::Down => {
-                    self.wm -= 1;
-                    self.wm + 1
-                }
-            },
+            None => {
+                self.wm += self.step;
+                self.wm - self.step
+            }
         };
         self.bind(v, p, plan);
     }
@@ -658,7 +719,7 @@ impl SubPool {
                 freed.push(p);
             };
             match self.geo.direction {
-                Direction::Up => {
+                Direction::Up | Direction::Middle => {
                     let new_wm = self.wm - k;
                     for &v in vpages {
                         let p = unbind(v);
@@ -715,16 +776,8 @@ impl SubPool {
             self.holes.push_back(p);
             return;
         }
-        let last = match self.geo.direction {
-            Direction::Up => {
-                self.wm -= 1;
-                self.wm
-            }
-            Direction::Down => {
-                self.wm += 1;
-                self.wm
-            }
-        };
+        self.wm -= self.step;
+        let last = self.wm;
         plan.set_p2v(last, TOMBSTONE);
         if last != p {
             let u = self.p2v[last as usize];
@@ -751,7 +804,7 @@ impl SubPool {
         }
         // The vacated stretch `[lo, hi)`.
         let (lo, hi) = match self.geo.direction {
-            Direction::Up => {
+            Direction::Up | Direction::Middle => {
                 let new_wm = self.wm - k;
                 let band = (new_wm, self.wm);
                 self.wm = new_wm;

@@ -176,13 +176,10 @@ impl Trace {
                     let (toks, side) = self.reqs.swap_remove(r);
                     a.free(0, &toks).unwrap();
                     hash_plan(h, a.plan());
-                    if !side.is_empty() {
-                        let side_tokens: Vec<i64> = if self.swa {
-                            side.iter().map(|v| v * self.ps).collect()
-                        } else {
-                            side
-                        };
-                        a.free(1, &side_tokens).unwrap();
+                    // A SWA side's bindings went with the owner's free; a state side is freed
+                    // on its own.
+                    if !side.is_empty() && !self.swa {
+                        a.free(1, &side).unwrap();
                         hash_plan(h, a.plan());
                     }
                 }

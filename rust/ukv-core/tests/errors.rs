@@ -107,11 +107,27 @@ fn config_errors_name_the_field_and_value() {
     let up = |n: &str, e: u64| spec(n, e, 1, Direction::Up, None);
     let down = |n: &str, e: u64| spec(n, e, 1, Direction::Down, None);
     config_err(1 << 16, vec![], "pools", "0");
+    let mid = |n: &str, e: u64| spec(n, e, 1, Direction::Middle, None);
+    config_err(
+        1 << 16,
+        vec![up("a", 64), mid("m", 64), down("b", 64), down("c", 64)],
+        "pools",
+        "4",
+    );
     config_err(
         1 << 16,
         vec![up("a", 64), down("b", 64), down("c", 64)],
-        "pools",
-        "3",
+        "grow",
+        "2 down",
+    );
+    // A middle band floats between two ends: never alone, never two of them.
+    config_err(1 << 16, vec![up("a", 64), mid("m", 64)], "grow", "1 middle");
+    config_err(1 << 16, vec![mid("m", 64)], "grow", "1 middle");
+    config_err(
+        1 << 16,
+        vec![up("a", 64), mid("m", 64), mid("n", 64)],
+        "grow",
+        "2 middle",
     );
     config_err(1 << 16, vec![up("", 64), down("b", 64)], "name", "\"\"");
     config_err(1 << 16, vec![up("a", 64), down("a", 64)], "name", "\"a\"");

@@ -9,6 +9,15 @@
 //! in 16-byte cells) executes each plan's moves and checks that every live page still holds
 //! what was written when it was bound, which also catches two pools overlapping in bytes.
 //!
+//! Arenas have two bands, or three with a middle band (every assignment of up / middle /
+//! down to a KV owner, a SWA or state pool and a second state pool). With a middle band the
+//! model finds rooms by trying every position of the middle band (no closed form), and the
+//! composite SWA operations are decided by running them on a copy of the model and checking
+//! the resulting layout, so the core's capacity arithmetic is checked against brute force.
+//! After every operation the feasibility contract is probed on copies of the arena: an
+//! allocation of `schedulable` pages (joint: `joint_schedulable_pages`) succeeds, one page
+//! more returns false and changes nothing.
+//!
 //! A second property runs one trace on an eager and a lazy arena without memory pressure and
 //! checks that they hand out the same ids and end with the same live set and data.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -18,17 +27,38 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use proptest::prelude::*;
 use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec, UkvError, TOMBSTONE};
 
+mod common;
+use common::assert_same_tables;
+
 /// Granularity of the simulated buffer: every entry size used here is a multiple of it.
 const CELL: u64 = 16;
-/// Random cases per property (fixed here so `cargo test` runs the same amount everywhere).
-const MODEL_CASES: u32 = 512;
+/// Random cases per property (fixed here so `cargo test` runs the same amount everywhere;
+/// an unoptimized build runs fewer of the main property, which probes every operation on
+/// copies of the arena and of the model).
+const MODEL_CASES: u32 = if cfg!(debug_assertions) { 160 } else { 512 };
 const EQUIV_CASES: u32 = 96;
+/// The SWA pair of a SWA configuration: pool 1 binds pool 0's ids.
+const FULL: usize = 0;
+const SWA: usize = 1;
 
 // ----- configuration ---------------------------------------------------------------------
 
+/// Directions of the three pools of a three-band arena, by `perm % 6`.
+const PERMS: [[Direction; 3]; 6] = {
+    use Direction::{Down, Middle, Up};
+    [
+        [Up, Middle, Down],
+        [Up, Down, Middle],
+        [Middle, Up, Down],
+        [Middle, Down, Up],
+        [Down, Up, Middle],
+        [Down, Middle, Up],
+    ]
+};
+
 #[derive(Clone, Debug)]
 struct Cfg {
-    /// Direction of pool 0 (pool 1 grows the other way).
+    /// Direction of pool 0 (pool 1 grows the other way) in a two-band arena.
     dir0: Direction,
     /// Page size of pool 0 (pool 1 shares it when it is a SWA pool, else 1).
     ps0: u64,
@@ -41,30 +71,60 @@ struct Cfg {
     /// Buffer size: floor + `units` of the larger page + `slack` cells.
     units: u64,
     slack: u64,
+    /// A third pool (state, page size 1, `e2`-byte entries) and the directions of the three
+    /// pools, `PERMS[perm % 6]`: one of them is the middle band.
+    three: Option<(u64, u8)>,
 }
 
 impl Cfg {
     fn specs(&self) -> Vec<PoolSpec> {
-        let dir1 = match self.dir0 {
-            Direction::Up => Direction::Down,
-            Direction::Down => Direction::Up,
+        let (d0, d1, d2) = match self.three {
+            Some((_, perm)) => {
+                let p = PERMS[perm as usize % 6];
+                (p[0], p[1], Some(p[2]))
+            }
+            None => {
+                let d1 = match self.dir0 {
+                    Direction::Up => Direction::Down,
+                    _ => Direction::Up,
+                };
+                (self.dir0, d1, None)
+            }
         };
-        vec![
+        let mut specs = vec![
             PoolSpec {
                 name: "kv".into(),
                 entry_bytes: self.e0,
                 page_size: self.ps0,
-                direction: self.dir0,
+                direction: d0,
                 id_owner: None,
             },
             PoolSpec {
                 name: if self.swa { "swa" } else { "state" }.into(),
                 entry_bytes: self.e1,
                 page_size: if self.swa { self.ps0 } else { 1 },
-                direction: dir1,
+                direction: d1,
                 id_owner: if self.swa { Some(0) } else { None },
             },
-        ]
+        ];
+        if let (Some((e2, _)), Some(d2)) = (self.three, d2) {
+            specs.push(PoolSpec {
+                name: "state2".into(),
+                entry_bytes: e2,
+                page_size: 1,
+                direction: d2,
+                id_owner: None,
+            });
+        }
+        specs
+    }
+
+    fn num_pools(&self) -> usize {
+        if self.three.is_some() {
+            3
+        } else {
+            2
+        }
     }
 
     fn total(&self) -> u64 {
@@ -87,27 +147,33 @@ impl Cfg {
 
 fn cfg_strategy() -> impl Strategy<Value = Cfg> {
     (
-        prop_oneof![Just(Direction::Up), Just(Direction::Down)],
-        prop_oneof![Just(1u64), Just(8), Just(16)],
-        prop_oneof![Just(48u64), Just(64), Just(80), Just(112)],
-        prop_oneof![Just(48u64), Just(80), Just(112), Just(160)],
-        any::<bool>(),
-        any::<bool>(),
+        (
+            prop_oneof![Just(Direction::Up), Just(Direction::Down)],
+            prop_oneof![Just(1u64), Just(8), Just(16)],
+            prop_oneof![Just(48u64), Just(64), Just(80), Just(112)],
+            prop_oneof![Just(48u64), Just(80), Just(112), Just(160)],
+            any::<bool>(),
+            any::<bool>(),
+        ),
         prop_oneof![Just(1usize), Just(2), Just(3), Just(4096)],
         4u64..28,
         0u64..12,
+        prop::option::of((prop_oneof![Just(48u64), Just(96), Just(160)], 0..6u8)),
     )
-        .prop_map(|(dir0, ps0, e0, e1, swa, lazy, cap, units, slack)| Cfg {
-            dir0,
-            ps0,
-            e0,
-            e1,
-            swa,
-            lazy,
-            cap,
-            units,
-            slack,
-        })
+        .prop_map(
+            |((dir0, ps0, e0, e1, swa, lazy), cap, units, slack, three)| Cfg {
+                dir0,
+                ps0,
+                e0,
+                e1,
+                swa,
+                lazy,
+                cap,
+                units,
+                slack,
+                three,
+            },
+        )
 }
 
 // ----- the reference model ----------------------------------------------------------------
@@ -130,7 +196,10 @@ fn kind_of(e: &UkvError) -> Kind {
 
 #[derive(Clone, Debug)]
 struct MPool {
+    /// Grows upwards: a grow-up band or the middle band.
     up: bool,
+    /// The middle band (a floating band with a movable base).
+    mid: bool,
     ps: i64,
     pb: u64,
     num_pages: i64,
@@ -142,6 +211,8 @@ struct MPool {
     v2p: BTreeMap<i64, i64>,
     p2v: BTreeMap<i64, i64>,
     wm: i64,
+    /// First page of an upward band (fixed at `min_page` except for the middle band).
+    base: i64,
     free_ids: VecDeque<i64>,
     /// Reusable free pages inside the band, in the order alloc takes them.
     holes: Vec<i64>,
@@ -157,6 +228,7 @@ impl MPool {
     fn clear(&mut self) {
         self.v2p.clear();
         self.p2v.clear();
+        self.base = self.min_page;
         self.wm = if self.up {
             self.min_page
         } else {
@@ -179,6 +251,21 @@ impl MPool {
 
     fn pending_pages(&self) -> usize {
         self.pending.iter().map(|b| b.1.len()).sum()
+    }
+
+    /// The band's pages `[lo, hi)`, or packed down to its live pages.
+    fn band(&self, packed: bool) -> (i64, i64) {
+        match (self.up, packed) {
+            (true, false) => (self.base, self.wm),
+            (true, true) => (self.base, self.base + self.live()),
+            (false, false) => (self.wm + 1, self.num_pages),
+            (false, true) => (self.num_pages - self.live(), self.num_pages),
+        }
+    }
+
+    fn span(&self) -> i64 {
+        let (lo, hi) = self.band(false);
+        hi - lo
     }
 
     /// Up: one past the band's last byte. Down: the band's first byte.
@@ -211,6 +298,7 @@ impl MPool {
         assert!(self.v2p.insert(v, p).is_none() && self.p2v.insert(p, v).is_none());
     }
 
+    /// Absorb holes touching the watermark (and, for the middle band, its base).
     fn absorb(&mut self) {
         self.holes.sort_unstable();
         loop {
@@ -223,6 +311,31 @@ impl MPool {
                 None => break,
             }
         }
+        while self.mid && self.holes.first() == Some(&self.base) {
+            self.holes.remove(0);
+            self.base += 1;
+        }
+    }
+
+    /// The page of an id of this pool's id space: InvalidId when out of range.
+    fn checked_page(&self, t: i64) -> Result<i64, Kind> {
+        if t < 0 {
+            return Err(Kind::InvalidId);
+        }
+        let v = t / self.ps;
+        if v >= self.num_virt || v < self.min_virt {
+            return Err(Kind::InvalidId);
+        }
+        Ok(v)
+    }
+
+    /// The page of a live id not queued in the open group, or the error kind.
+    fn live_page(&self, t: i64) -> Result<i64, Kind> {
+        let v = self.checked_page(t)?;
+        if !self.v2p.contains_key(&v) || self.group.as_ref().is_some_and(|g| g.contains(&v)) {
+            return Err(Kind::DoubleFree);
+        }
+        Ok(v)
     }
 
     /// Check a free call the way the arena promises to: token by token, first offender wins.
@@ -230,19 +343,7 @@ impl MPool {
         let mut pages = Vec::new();
         let mut seen = BTreeSet::new();
         for &t in tokens {
-            if t < 0 {
-                return Err(Kind::InvalidId);
-            }
-            let v = t / self.ps;
-            if v >= self.num_virt || v < self.min_virt {
-                return Err(Kind::InvalidId);
-            }
-            if !self.v2p.contains_key(&v) {
-                return Err(Kind::DoubleFree);
-            }
-            if self.group.as_ref().is_some_and(|g| g.contains(&v)) {
-                return Err(Kind::DoubleFree);
-            }
+            let v = self.live_page(t)?;
             if !seen.insert(v) {
                 if self.ps == 1 {
                     return Err(Kind::DoubleFree);
@@ -253,17 +354,26 @@ impl MPool {
         }
         Ok(pages)
     }
+
+    /// Whether the band lies inside the index space.
+    fn in_index_space(&self) -> bool {
+        if self.up {
+            self.min_page <= self.base && self.base <= self.wm && self.wm <= self.num_pages
+        } else {
+            self.min_page - 1 <= self.wm && self.wm < self.num_pages
+        }
+    }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Pred {
     res: Option<Result<i64, Kind>>,
     pages: Vec<i64>,
     tokens: Vec<i64>,
     token_req: Vec<i64>,
-    moves: [Vec<(i64, i64)>; 2],
+    moves: [Vec<(i64, i64)>; 3],
     waits: Vec<u64>,
-    reset: [bool; 2],
+    reset: [bool; 3],
     /// The call leaves the previous plan in place (errors and the token setters).
     keeps_plan: bool,
 }
@@ -289,6 +399,12 @@ struct Model {
     pools: Vec<MPool>,
     latest: Option<u64>,
     cap: usize,
+    total: u64,
+    /// The up end, the middle band and the down end (pool indices), where present.
+    up: Option<usize>,
+    mid: Option<usize>,
+    down: Option<usize>,
+    swa: bool,
 }
 
 impl Model {
@@ -307,7 +423,8 @@ impl Model {
                 let num_pages = (total / pb) as i64;
                 let min_page = floor.div_ceil(pb) as i64;
                 MPool {
-                    up: s.direction == Direction::Up,
+                    up: s.direction != Direction::Down,
+                    mid: s.direction == Direction::Middle,
                     ps: s.page_size as i64,
                     pb,
                     num_pages,
@@ -319,6 +436,7 @@ impl Model {
                     v2p: BTreeMap::new(),
                     p2v: BTreeMap::new(),
                     wm: 0,
+                    base: min_page,
                     free_ids: VecDeque::new(),
                     holes: Vec::new(),
                     pending: Vec::new(),
@@ -331,74 +449,353 @@ impl Model {
             })
             .collect();
         if cfg.swa {
-            pools[1].num_virt = pools[0].num_pages;
-            pools[1].min_virt = pools[0].min_page;
+            pools[SWA].num_virt = pools[FULL].num_pages;
+            pools[SWA].min_virt = pools[FULL].min_page;
         }
         for p in &mut pools {
             p.clear();
         }
-        Model {
+        let find = |d: Direction| specs.iter().position(|s| s.direction == d);
+        let mut model = Model {
             pools,
             latest: None,
             cap: cfg.cap,
+            total,
+            up: find(Direction::Up),
+            mid: find(Direction::Middle),
+            down: find(Direction::Down),
+            swa: cfg.swa,
+        };
+        model.park();
+        model
+    }
+
+    fn n(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// The bands holding bytes, lowest first (an empty middle band holds none).
+    fn open_chain(&self) -> Vec<usize> {
+        [self.up, self.mid, self.down]
+            .into_iter()
+            .flatten()
+            .filter(|&j| !self.pools[j].mid || self.pools[j].span() > 0)
+            .collect()
+    }
+
+    fn low_byte(&self, j: usize) -> u64 {
+        let p = &self.pools[j];
+        p.band(false).0 as u64 * p.pb
+    }
+
+    fn high_byte(&self, j: usize) -> u64 {
+        let p = &self.pools[j];
+        p.band(false).1 as u64 * p.pb
+    }
+
+    /// The first byte band `i` may not grow into (upwards), or the last it must stay above
+    /// (downwards): the next band holding bytes.
+    fn limit_above(&self, i: usize) -> u64 {
+        let chain = self.open_chain();
+        let k = chain.iter().position(|&j| j == i).unwrap();
+        chain.get(k + 1).map_or(self.total, |&j| self.low_byte(j))
+    }
+
+    fn limit_below(&self, i: usize) -> u64 {
+        let chain = self.open_chain();
+        let k = chain.iter().position(|&j| j == i).unwrap();
+        k.checked_sub(1).map_or(0, |q| self.high_byte(chain[q]))
+    }
+
+    /// The pages of the middle band's index space between the two ends, `[first, end)`.
+    fn mid_range(&self) -> (i64, i64) {
+        let m = &self.pools[self.mid.unwrap()];
+        let up_high = self.up.map_or(0, |u| self.high_byte(u));
+        let down_low = self.down.map_or(self.total, |d| self.low_byte(d));
+        let first = (up_high.div_ceil(m.pb) as i64).max(m.min_page);
+        let end = ((down_low / m.pb) as i64).min(m.num_pages);
+        (first, end)
+    }
+
+    /// Fresh pages pool `i` may take. Two bands: the index room and the bytes up to the
+    /// neighbour's frontier. Three bands: the best over every position of the middle band
+    /// (it may slide), with the bands for which `packed` holds packed to their live pages.
+    fn room(&self, i: usize, packed: &dyn Fn(usize) -> bool) -> i64 {
+        if self.mid.is_none() {
+            let (p, n) = (&self.pools[i], &self.pools[1 - i]);
+            let nb = if packed(1 - i) {
+                n.packed_frontier()
+            } else {
+                n.frontier()
+            };
+            let by_bytes = if p.up {
+                (nb / p.pb) as i64 - p.wm
+            } else {
+                p.wm + 1 - nb.div_ceil(p.pb) as i64
+            };
+            return by_bytes.min(p.index_room()).max(0);
         }
+        let (u, m, d) = (self.up.unwrap(), self.mid.unwrap(), self.down.unwrap());
+        let band = |j: usize| self.pools[j].band(j != i && packed(j));
+        let (up, mp, dp) = (&self.pools[u], &self.pools[m], &self.pools[d]);
+        let up_high = band(u).1 as u64 * up.pb;
+        let down_low = band(d).0 as u64 * dp.pb;
+        let (mlo, mhi) = band(m);
+        let span = mhi - mlo;
+        // Every position t of a `span`-page middle band inside its index space.
+        let positions = mp.min_page..=mp.num_pages - span;
+        let room = if i == m {
+            let free = (mp.min_page..mp.num_pages)
+                .filter(|&q| q as u64 * mp.pb >= up_high && (q + 1) as u64 * mp.pb <= down_low)
+                .count() as i64;
+            free - span
+        } else if i == u {
+            let high = |limit: u64| ((limit / up.pb) as i64).min(up.num_pages) - up.wm;
+            if span == 0 {
+                high(down_low)
+            } else {
+                positions
+                    .filter(|&t| (t + span) as u64 * mp.pb <= down_low)
+                    .map(|t| high(t as u64 * mp.pb))
+                    .max()
+                    .unwrap_or(0)
+            }
+        } else {
+            let low = |limit: u64| dp.wm + 1 - (limit.div_ceil(dp.pb) as i64).max(dp.min_page);
+            if span == 0 {
+                low(up_high)
+            } else {
+                positions
+                    .filter(|&t| t as u64 * mp.pb >= up_high)
+                    .map(|t| low((t + span) as u64 * mp.pb))
+                    .max()
+                    .unwrap_or(0)
+            }
+        };
+        room.max(0)
     }
 
-    /// Fresh pages pool `i` may take: the index room, and the bytes up to the neighbour's
-    /// frontier (its packed frontier when `packed`), both recomputed from scratch.
-    fn room(&self, i: usize, packed: bool) -> i64 {
-        let (p, n) = (&self.pools[i], &self.pools[1 - i]);
-        let nb = if packed {
-            n.packed_frontier()
-        } else {
-            n.frontier()
-        };
-        let by_bytes = if p.up {
-            (nb / p.pb) as i64 - p.wm
-        } else {
-            p.wm + 1 - nb.div_ceil(p.pb) as i64
-        };
-        by_bytes.min(p.index_room()).max(0)
-    }
-
+    /// Pages pool `i` can take without flushing another band (an end band's allocation
+    /// may slide the middle band, which packs it).
     fn available(&self, i: usize) -> i64 {
-        self.pools[i].holes.len() as i64 + self.room(i, false)
+        let mid = self.mid;
+        self.pools[i].holes.len() as i64 + self.room(i, &|j| Some(j) == mid)
     }
 
     fn schedulable(&self, i: usize) -> i64 {
-        self.pools[i].holes.len() as i64 + self.room(i, true)
+        let packed = self.pools[i].holes.len() as i64 + self.room(i, &|j| j != i);
+        self.available(i).max(packed)
     }
 
-    /// Whether `n` pages fit on pool `i`, flushing the neighbour urgently when that helps.
+    /// Whether pool `i` can take `fresh` pages where the bands stand now (no slide).
+    fn fits_in_place(&self, i: usize, fresh: i64) -> bool {
+        let p = &self.pools[i];
+        if p.mid {
+            let (first, end) = self.mid_range();
+            let room = if p.span() == 0 {
+                end - first
+            } else {
+                (end - p.wm) + (p.base - first)
+            };
+            return fresh <= room.max(0);
+        }
+        if p.up {
+            fresh <= p.index_room() && (p.wm + fresh) as u64 * p.pb <= self.limit_above(i)
+        } else {
+            fresh <= p.index_room() && (p.wm - fresh + 1) as u64 * p.pb >= self.limit_below(i)
+        }
+    }
+
+    /// Bytes pool `i` can grow into where the bands stand now.
+    fn gap_bytes(&self, i: usize) -> u64 {
+        let p = &self.pools[i];
+        if p.mid {
+            let up_high = self.up.map_or(0, |u| self.high_byte(u));
+            let down_low = self.down.map_or(self.total, |d| self.low_byte(d));
+            if p.span() == 0 {
+                return down_low.saturating_sub(up_high);
+            }
+            return down_low.saturating_sub(self.high_byte(i))
+                + self.low_byte(i).saturating_sub(up_high);
+        }
+        if p.up {
+            self.limit_above(i).saturating_sub(self.high_byte(i))
+        } else {
+            self.low_byte(i).saturating_sub(self.limit_below(i))
+        }
+    }
+
+    /// Whether every band lies in its index space and no two bands overlap.
+    fn layout_ok(&self) -> bool {
+        let chain = self.open_chain();
+        self.pools.iter().all(MPool::in_index_space)
+            && chain
+                .windows(2)
+                .all(|w| self.high_byte(w[0]) <= self.low_byte(w[1]))
+    }
+
+    /// Whether `n` pages fit on pool `i`, flushing the other end bands urgently and
+    /// sliding the middle band when that is what it takes.
     fn make_room(&mut self, i: usize, n: i64, pred: &mut Pred) -> bool {
-        if n <= self.available(i) {
+        let fresh = n - self.pools[i].holes.len() as i64;
+        if fresh <= 0 || self.fits_in_place(i, fresh) {
             return true;
         }
-        if n > self.schedulable(i) {
-            return false;
+        if self.mid.is_none() {
+            if n > self.schedulable(i) {
+                return false;
+            }
+            self.flush_pool(1 - i, true, pred);
+            assert!(
+                n <= self.available(i),
+                "model: an urgent neighbour flush must make room"
+            );
+            return true;
         }
-        self.flush_pool(1 - i, true, pred);
+        if n > self.available(i) {
+            if n > self.schedulable(i) {
+                return false;
+            }
+            self.flush_ends(Some(i), pred);
+        }
+        if !self.pools[i].mid && !self.fits_in_place(i, fresh) {
+            let up = self.pools[i].up;
+            let (ux, dx) = if up { (fresh, 0) } else { (0, fresh) };
+            assert!(
+                self.slide(ux, dx, 0, pred),
+                "model: the middle band must slide"
+            );
+        }
         assert!(
-            n <= self.available(i),
-            "model: an urgent neighbour flush must make room"
+            self.fits_in_place(i, fresh),
+            "model: no room after the slide"
         );
         true
     }
 
-    /// Bind `vs` on pool `i`: holes first in list order, then fresh pages, ascending.
+    /// Flush the end bands (not `skip`) urgently, lowest first.
+    fn flush_ends(&mut self, skip: Option<usize>, pred: &mut Pred) {
+        for j in [self.up, self.down].into_iter().flatten() {
+            if Some(j) != skip {
+                self.flush_pool(j, true, pred);
+            }
+        }
+    }
+
+    /// Relocate the middle band by the least distance that lets the up end grow by `ux`
+    /// pages, the down end by `dx`, and the middle band itself by `own`; false when it
+    /// already allows that (or is empty).
+    fn slide(&mut self, ux: i64, dx: i64, own: i64, pred: &mut Pred) -> bool {
+        let Some(m) = self.mid else { return false };
+        let p = &self.pools[m];
+        if p.span() == 0 {
+            return false;
+        }
+        let (u, d) = (
+            &self.pools[self.up.unwrap()],
+            &self.pools[self.down.unwrap()],
+        );
+        let up_high = (u.wm + ux) as u64 * u.pb;
+        let down_low = (d.wm + 1 - dx).max(0) as u64 * d.pb;
+        let first = (up_high.div_ceil(p.pb) as i64).max(p.min_page);
+        let end = ((down_low / p.pb) as i64).min(p.num_pages);
+        if p.base >= first && p.wm <= end && (end - p.wm) + (p.base - first) >= own {
+            return false;
+        }
+        let t = p.base.min(end - p.live()).max(first);
+        self.relocate(m, t, pred);
+        true
+    }
+
+    /// Pack the middle band's live pages into `[t, t + live)`: live pages outside the window
+    /// move, ascending, to the free pages inside it, ascending.
+    fn relocate(&mut self, m: usize, t: i64, pred: &mut Pred) {
+        let p = &mut self.pools[m];
+        for (tok, pages) in p.pending.drain(..) {
+            if !pred.waits.contains(&tok) {
+                pred.waits.push(tok);
+            }
+            p.holes.extend(pages);
+        }
+        let live = p.live();
+        let window = t..t + live;
+        let srcs: Vec<i64> = p
+            .p2v
+            .keys()
+            .copied()
+            .filter(|s| !window.contains(s))
+            .collect();
+        let dsts: Vec<i64> = window.filter(|q| !p.p2v.contains_key(q)).collect();
+        assert_eq!(srcs.len(), dsts.len(), "model: relocation pairs");
+        if !srcs.is_empty() {
+            if let Some(tok) = self.latest.take() {
+                if !pred.waits.contains(&tok) {
+                    pred.waits.push(tok);
+                }
+            }
+            p.write = None;
+            p.moved += srcs.len() as u64;
+            p.compactions += 1;
+        }
+        for (&s, &d) in srcs.iter().zip(&dsts) {
+            let v = p.p2v.remove(&s).unwrap();
+            p.p2v.insert(d, v);
+            p.v2p.insert(v, d);
+            pred.moves[m].push((s, d));
+        }
+        p.holes.clear();
+        p.base = t;
+        p.wm = t + live;
+    }
+
+    /// An empty middle band waits at the top of its index space until an allocation
+    /// anchors it (the arena parks it at the end of every operation that empties it).
+    fn park(&mut self) {
+        if let Some(m) = self.mid {
+            let p = &mut self.pools[m];
+            if p.span() == 0 {
+                p.base = p.num_pages;
+                p.wm = p.num_pages;
+            }
+        }
+    }
+
+    /// Bind `vs` on pool `i`: holes first in list order, then fresh pages, ascending (the
+    /// middle band: above its top, then below its base; anchored centred when empty).
     fn bind_pages(&mut self, i: usize, vs: &[i64]) {
+        let mid_range = self.mid.map(|_| self.mid_range());
         let p = &mut self.pools[i];
         let n_holes = p.holes.len().min(vs.len());
         let holes: Vec<i64> = p.holes.drain(..n_holes).collect();
-        let fresh = (vs.len() - n_holes) as i64;
-        let start = if p.up { p.wm } else { p.wm - fresh + 1 };
-        if p.up {
-            p.wm += fresh;
-        } else {
-            p.wm -= fresh;
+        for (&v, h) in vs.iter().zip(holes) {
+            p.bind(v, h);
         }
-        let phys = holes.into_iter().chain(start..start + fresh);
-        for (&v, ph) in vs.iter().zip(phys) {
+        let fresh = &vs[n_holes..];
+        let k = fresh.len() as i64;
+        if p.mid {
+            let (first, end) = mid_range.unwrap();
+            if k > 0 && p.span() == 0 {
+                p.base = first + (end - first - k) / 2;
+                p.wm = p.base;
+            }
+            let top = (end - p.wm).clamp(0, k) as usize;
+            for (&v, ph) in fresh[..top].iter().zip(p.wm..) {
+                p.bind(v, ph);
+            }
+            p.wm += top as i64;
+            p.base -= k - top as i64;
+            for (&v, ph) in fresh[top..].iter().zip(p.base..) {
+                p.bind(v, ph);
+            }
+            return;
+        }
+        let start = if p.up { p.wm } else { p.wm - k + 1 };
+        if p.up {
+            p.wm += k;
+        } else {
+            p.wm -= k;
+        }
+        for (&v, ph) in fresh.iter().zip(start..) {
             p.bind(v, ph);
         }
     }
@@ -416,13 +813,16 @@ impl Model {
         }
         let vs: Vec<i64> = self.pools[i].free_ids.drain(..n as usize).collect();
         self.bind_pages(i, &vs);
-        let ps = self.pools[i].ps;
-        pred.tokens = vs
-            .iter()
-            .flat_map(|&v| (0..ps).map(move |o| v * ps + o))
-            .collect();
+        pred.tokens = self.tokens_of(i, &vs);
         pred.pages = vs;
         pred
+    }
+
+    fn tokens_of(&self, i: usize, vs: &[i64]) -> Vec<i64> {
+        let ps = self.pools[i].ps;
+        vs.iter()
+            .flat_map(|&v| (0..ps).map(move |o| v * ps + o))
+            .collect()
     }
 
     fn alloc_tokens(&mut self, i: usize, n: i64) -> Pred {
@@ -438,12 +838,13 @@ impl Model {
         if p.owner {
             return Pred::err(Kind::Argument);
         }
+        let owner = &self.pools[FULL];
         let mut seen = BTreeSet::new();
         for &v in vs {
             if v < 0 || v >= p.num_virt || v < p.min_virt {
                 return Pred::err(Kind::InvalidId);
             }
-            if p.v2p.contains_key(&v) || !seen.insert(v) {
+            if !owner.v2p.contains_key(&v) || p.v2p.contains_key(&v) || !seen.insert(v) {
                 return Pred::err(Kind::Argument);
             }
         }
@@ -452,32 +853,45 @@ impl Model {
             return Pred::ok(0);
         }
         self.bind_pages(i, vs);
-        let ps = self.pools[i].ps;
-        pred.tokens = vs
-            .iter()
-            .flat_map(|&v| (0..ps).map(move |o| v * ps + o))
-            .collect();
+        pred.tokens = self.tokens_of(i, vs);
         pred.pages = vs.to_vec();
         pred
+    }
+
+    /// New pages of an extend batch, or the error of its validation.
+    fn extend_pages(&self, i: usize, pre: &[i64], seq: &[i64]) -> i64 {
+        let ps = self.pools[i].ps;
+        pre.iter()
+            .zip(seq)
+            .map(|(&a, &b)| (b + ps - 1) / ps - (a + ps - 1) / ps)
+            .sum()
     }
 
     /// Token allocation, position by position: a position inside the prefix's last page
     /// continues after `last_loc`; a position at a page start takes the next new page.
     /// `last[r]` is request r's last token (host side) or None for relative output.
-    fn alloc_extend(&mut self, i: usize, pre: &[i64], seq: &[i64], last: Option<&[i64]>) -> Pred {
-        if !self.pools[i].owner {
+    /// `joint`: the pages are taken jointly on the SWA pair (pool `i` is the owner).
+    fn alloc_extend(
+        &mut self,
+        i: usize,
+        pre: &[i64],
+        seq: &[i64],
+        last: Option<&[i64]>,
+        joint: bool,
+    ) -> Pred {
+        if !self.pools[i].owner || (joint && !self.swa) {
             return Pred::err(Kind::Argument);
         }
-        let ps = self.pools[i].ps;
-        let new_pages: i64 = pre
-            .iter()
-            .zip(seq)
-            .map(|(&a, &b)| (b + ps - 1) / ps - (a + ps - 1) / ps)
-            .sum();
-        let mut pred = self.alloc(i, new_pages);
+        let new_pages = self.extend_pages(i, pre, seq);
+        let mut pred = if joint {
+            self.swa_alloc(new_pages)
+        } else {
+            self.alloc(i, new_pages)
+        };
         if pred.res != Some(Ok(1)) {
             return pred;
         }
+        let ps = self.pools[i].ps;
         let mut pages = pred.pages.clone().into_iter();
         pred.tokens.clear();
         for (r, (&a, &b)) in pre.iter().zip(seq).enumerate() {
@@ -503,10 +917,140 @@ impl Model {
         pred
     }
 
-    fn alloc_decode(&mut self, i: usize, seq: &[i64], last: Option<&[i64]>) -> Pred {
+    fn alloc_decode(&mut self, i: usize, seq: &[i64], last: Option<&[i64]>, joint: bool) -> Pred {
         let pre: Vec<i64> = seq.iter().map(|&s| s - 1).collect();
-        self.alloc_extend(i, &pre, seq, last)
+        self.alloc_extend(i, &pre, seq, last, joint)
     }
+
+    // ----- the SWA composite ----------------------------------------------------------------
+
+    /// Joint allocation of `n` pages on the SWA pair, decided by running it on a copy: as
+    /// the bands stand, else after flushing the end bands urgently; the first that leaves a
+    /// valid layout wins, else nothing changes.
+    fn swa_alloc(&mut self, n: i64) -> Pred {
+        if !self.swa {
+            return Pred::err(Kind::Argument);
+        }
+        let mut pred = Pred::ok(1);
+        if n == 0 {
+            return pred;
+        }
+        if n > self.pools[FULL].free_ids.len() as i64 {
+            return Pred::ok(0);
+        }
+        for flush in [false, true] {
+            let mut trial = self.clone();
+            let mut tp = Pred::ok(1);
+            if trial.joint_try(n, flush, &mut tp) {
+                *self = trial;
+                pred = tp;
+                pred.tokens = self.tokens_of(FULL, &pred.pages);
+                return pred;
+            }
+        }
+        Pred::ok(0)
+    }
+
+    /// One attempt at a joint allocation; false when the resulting layout is invalid.
+    fn joint_try(&mut self, n: i64, flush: bool, pred: &mut Pred) -> bool {
+        if flush {
+            self.flush_ends(None, pred);
+        }
+        let vs: Vec<i64> = self.pools[FULL].free_ids.drain(..n as usize).collect();
+        // End bands bind before a middle band.
+        let order = if self.mid == Some(FULL) {
+            [SWA, FULL]
+        } else {
+            [FULL, SWA]
+        };
+        let fresh = |m: &Model, j: usize| (n - m.pools[j].holes.len() as i64).max(0);
+        let (mut ux, mut dx, mut own) = (0, 0, 0);
+        for j in order {
+            if Some(j) == self.up {
+                ux = fresh(self, j);
+            } else if Some(j) == self.down {
+                dx = fresh(self, j);
+            } else {
+                own = fresh(self, j);
+            }
+        }
+        self.slide(ux, dx, own, pred);
+        for j in order {
+            self.bind_pages(j, &vs);
+            if !self.layout_ok() {
+                return false;
+            }
+        }
+        pred.pages = vs;
+        true
+    }
+
+    /// The largest joint allocation that succeeds (`flush`: urgent flushes allowed), by
+    /// running it on copies (it is monotone in `n`).
+    fn swa_fits(&self, n: i64, flush: bool) -> bool {
+        if n == 0 {
+            return true;
+        }
+        if n > self.pools[FULL].free_ids.len() as i64 {
+            return false;
+        }
+        [false, flush].iter().any(|&f| {
+            let mut trial = self.clone();
+            trial.joint_try(n, f, &mut Pred::default())
+        })
+    }
+
+    /// Free on both sides: a free on the owner, which releases the SWA side with it.
+    fn swa_free(&mut self, tokens: &[i64]) -> Pred {
+        if !self.swa {
+            return Pred::err(Kind::Argument);
+        }
+        self.free(FULL, tokens)
+    }
+
+    /// Free the SWA side only; ids must be live on the owner.
+    fn swa_free_nonowner(&mut self, tokens: &[i64]) -> Pred {
+        if !self.swa {
+            return Pred::err(Kind::Argument);
+        }
+        let mut pages = Vec::new();
+        for &t in tokens {
+            match self.pools[FULL].live_page(t) {
+                Ok(v) if !pages.contains(&v) => pages.push(v),
+                Ok(_) => {}
+                Err(k) => return Pred::err(k),
+            }
+        }
+        let bound = self.swa_bound(&pages);
+        let mut pred = Pred::ok(1);
+        self.release_or_queue(SWA, &bound, &mut pred);
+        pred
+    }
+
+    /// The pages still bound on the SWA side and not queued in its free group.
+    fn swa_bound(&self, pages: &[i64]) -> Vec<i64> {
+        let s = &self.pools[SWA];
+        pages
+            .iter()
+            .copied()
+            .filter(|v| s.v2p.contains_key(v) && !s.group.as_ref().is_some_and(|g| g.contains(v)))
+            .collect()
+    }
+
+    fn release_or_queue(&mut self, i: usize, vs: &[i64], pred: &mut Pred) {
+        if vs.is_empty() {
+            return;
+        }
+        match self.pools[i].group.as_mut() {
+            Some(g) => g.extend(vs.iter().copied()),
+            None => {
+                let moves = self.release(i, vs);
+                pred.moves[i].extend(moves);
+            }
+        }
+    }
+
+    // ----- free, flush, tokens ----------------------------------------------------------
 
     fn free(&mut self, i: usize, tokens: &[i64]) -> Pred {
         let pages = match self.pools[i].validate_free(tokens) {
@@ -516,9 +1060,31 @@ impl Model {
         let mut pred = Pred::ok(1);
         match self.pools[i].group.as_mut() {
             Some(g) => g.extend(pages),
-            None => pred.moves[i] = self.release(i, &pages),
+            None => self.release_everywhere(i, &pages, &mut pred),
         }
         pred
+    }
+
+    /// Release on pool `i`, and first on the SWA side where it binds these ids (taking them
+    /// out of its free group if queued there).
+    fn release_everywhere(&mut self, i: usize, vs: &[i64], pred: &mut Pred) {
+        if self.swa && i == FULL {
+            let s = &mut self.pools[SWA];
+            let bound: Vec<i64> = vs
+                .iter()
+                .copied()
+                .filter(|v| s.v2p.contains_key(v))
+                .collect();
+            if let Some(g) = s.group.as_mut() {
+                g.retain(|v| !bound.contains(v));
+            }
+            if !bound.is_empty() {
+                let moves = self.release(SWA, &bound);
+                pred.moves[SWA].extend(moves);
+            }
+        }
+        let moves = self.release(i, vs);
+        pred.moves[i].extend(moves);
     }
 
     fn release(&mut self, i: usize, vs: &[i64]) -> Vec<(i64, i64)> {
@@ -536,8 +1102,9 @@ impl Model {
             p.holes.extend(freed);
             return Vec::new();
         }
-        // Eager: the band shrinks by K; the survivors of the vacated stretch, ascending, go
-        // to the freed pages left inside the new band, ascending.
+        // Eager: the band shrinks by K from its top (up and middle) or bottom (down); the
+        // survivors of the vacated stretch, ascending, go to the freed pages left inside the
+        // new band, ascending.
         let k = freed.len() as i64;
         let (lo, hi, new_wm) = if p.up {
             (p.wm - k, p.wm, p.wm - k)
@@ -578,7 +1145,7 @@ impl Model {
             return Pred::err(Kind::Argument);
         };
         let mut pred = Pred::ok(1);
-        pred.moves[i] = self.release(i, &g);
+        self.release_everywhere(i, &g, &mut pred);
         pred
     }
 
@@ -665,7 +1232,8 @@ impl Model {
     fn flush(&mut self, pool: Option<usize>, urgent: bool) -> Pred {
         let mut pred = Pred::ok(0);
         let mut n = 0;
-        for j in pool.map_or(vec![0, 1], |j| vec![j]) {
+        let all: Vec<usize> = (0..self.n()).collect();
+        for j in pool.map_or(all, |j| vec![j]) {
             n += self.flush_pool(j, urgent, &mut pred);
         }
         pred.res = Some(Ok(n));
@@ -719,10 +1287,15 @@ impl Model {
         }
     }
 
+    /// Clearing an owner also clears the pool that binds its ids.
     fn clear(&mut self, i: usize) -> Pred {
-        self.pools[i].clear();
         let mut pred = Pred::ok(1);
-        pred.reset[i] = true;
+        for j in 0..self.n() {
+            if j == i || (self.swa && i == FULL && j == SWA) {
+                self.pools[j].clear();
+                pred.reset[j] = true;
+            }
+        }
         pred
     }
 }
@@ -744,6 +1317,11 @@ enum Call {
     Inflight(usize, u64, Vec<i64>),
     Retire(u64),
     Clear(usize),
+    SwaAlloc(i64),
+    SwaExtend(Vec<i64>, Vec<i64>, Option<Vec<i64>>),
+    SwaDecode(Vec<i64>, Option<Vec<i64>>),
+    SwaFree(Vec<i64>),
+    SwaFreeNonowner(Vec<i64>),
 }
 
 fn run_real(a: &mut Arena, call: &Call) -> Result<i64, UkvError> {
@@ -770,16 +1348,29 @@ fn run_real(a: &mut Arena, call: &Call) -> Result<i64, UkvError> {
             Ok(1)
         }
         Call::Clear(i) => u(a.clear(*i)),
+        Call::SwaAlloc(n) => b(a.swa_alloc_tokens(FULL, SWA, *n)),
+        Call::SwaExtend(pre, seq, last) => {
+            b(a.swa_alloc_extend(FULL, SWA, pre, seq, last.as_deref()))
+        }
+        Call::SwaDecode(seq, last) => b(a.swa_alloc_decode(FULL, SWA, seq, last.as_deref())),
+        Call::SwaFree(t) => u(a.swa_free(FULL, SWA, t)),
+        Call::SwaFreeNonowner(t) => u(a.swa_free_nonowner(FULL, SWA, t)),
     }
 }
 
 fn run_model(m: &mut Model, call: &Call) -> Pred {
+    let pred = run_model_call(m, call);
+    m.park();
+    pred
+}
+
+fn run_model_call(m: &mut Model, call: &Call) -> Pred {
     match call {
         Call::Alloc(i, n) => m.alloc(*i, *n as i64),
         Call::AllocTokens(i, n) => m.alloc_tokens(*i, *n),
         Call::AllocWithVirtual(i, vs) => m.alloc_with_virtual(*i, vs),
-        Call::Extend(i, pre, seq, last) => m.alloc_extend(*i, pre, seq, last.as_deref()),
-        Call::Decode(i, seq, last) => m.alloc_decode(*i, seq, last.as_deref()),
+        Call::Extend(i, pre, seq, last) => m.alloc_extend(*i, pre, seq, last.as_deref(), false),
+        Call::Decode(i, seq, last) => m.alloc_decode(*i, seq, last.as_deref(), false),
         Call::Free(i, t) => m.free(*i, t),
         Call::GroupBegin(i) => m.group_begin(*i),
         Call::GroupEnd(i) => m.group_end(*i),
@@ -788,17 +1379,31 @@ fn run_model(m: &mut Model, call: &Call) -> Pred {
         Call::Inflight(i, t, toks) => m.inflight(*i, *t, toks),
         Call::Retire(t) => m.retire(*t),
         Call::Clear(i) => m.clear(*i),
+        Call::SwaAlloc(n) => {
+            let ps = m.pools[FULL].ps;
+            if !m.swa || *n < 0 || n % ps != 0 {
+                Pred::err(Kind::Argument)
+            } else {
+                m.swa_alloc(n / ps)
+            }
+        }
+        Call::SwaExtend(pre, seq, last) => m.alloc_extend(FULL, pre, seq, last.as_deref(), true),
+        Call::SwaDecode(seq, last) => m.alloc_decode(FULL, seq, last.as_deref(), true),
+        Call::SwaFree(t) => m.swa_free(t),
+        Call::SwaFreeNonowner(t) => m.swa_free_nonowner(t),
     }
 }
 
-fn pool_of(call: &Call) -> Option<usize> {
+/// The pools on which a successful call binds the plan's pages.
+fn bound_pools(call: &Call) -> Vec<usize> {
     match call {
         Call::Alloc(i, _)
         | Call::AllocTokens(i, _)
         | Call::AllocWithVirtual(i, _)
         | Call::Extend(i, ..)
-        | Call::Decode(i, ..) => Some(*i),
-        _ => None,
+        | Call::Decode(i, ..) => vec![*i],
+        Call::SwaAlloc(_) | Call::SwaExtend(..) | Call::SwaDecode(..) => vec![FULL, SWA],
+        _ => Vec::new(),
     }
 }
 
@@ -824,11 +1429,18 @@ impl Bytes {
         start..start + (pb / CELL) as usize
     }
 
-    /// Run a plan: all moves of a pool at once (read every source, then write), then the
-    /// forward writes the newly bound pages of pool `bound`.
-    fn apply(&mut self, a: &Arena, bound: Option<usize>) {
-        for (i, p) in a.plan().pools.iter().enumerate() {
+    /// Run a plan: all moves of a pool at once (read every source, then write), pool after
+    /// pool in the arena's move order, then the forward writes the newly bound pages of the
+    /// pools in `bound`.
+    fn apply(&mut self, a: &Arena, bound: &[usize]) {
+        for &i in a.move_order() {
+            let p = &a.plan().pools[i];
             let pb = a.pool(i).geometry().page_bytes;
+            let srcs: BTreeSet<i64> = p.src.iter().copied().collect();
+            assert!(
+                p.dst.iter().all(|d| !srcs.contains(d)) && srcs.len() == p.src.len(),
+                "pool {i}: a plan's sources and destinations must be distinct"
+            );
             let data: Vec<Vec<u64>> = p
                 .src
                 .iter()
@@ -838,7 +1450,7 @@ impl Bytes {
                 self.cells[Self::cells_of(pb, d)].copy_from_slice(&v);
             }
         }
-        if let Some(i) = bound {
+        for &i in bound {
             let pb = a.pool(i).geometry().page_bytes;
             for &v in &a.plan().pages {
                 let marker = self.next_marker;
@@ -894,13 +1506,15 @@ struct Harness {
     mirror: Vec<(Vec<i64>, Vec<i64>)>,
     batches: Vec<Batch>,
     swa: bool,
+    n: usize,
     ops: usize,
 }
 
 impl Harness {
     fn new(cfg: &Cfg, lazy: bool) -> Self {
         let arena = cfg.arena(lazy);
-        let mirror = (0..2)
+        let n = cfg.num_pools();
+        let mirror = (0..n)
             .map(|i| (arena.pool(i).v2p().to_vec(), arena.pool(i).p2v().to_vec()))
             .collect();
         Harness {
@@ -910,6 +1524,7 @@ impl Harness {
             mirror,
             batches: Vec::new(),
             swa: cfg.swa,
+            n,
             ops: 0,
         }
     }
@@ -933,7 +1548,7 @@ impl Harness {
                 plan.wait_tokens, pred.waits,
                 "{call:?}: wait tokens, each once, in order"
             );
-            for i in 0..2 {
+            for i in 0..self.n {
                 let got_moves: Vec<(i64, i64)> = plan.pools[i]
                     .src
                     .iter()
@@ -942,22 +1557,45 @@ impl Harness {
                     .collect();
                 assert_eq!(got_moves, pred.moves[i], "{call:?}: moves of pool {i}");
                 assert_eq!(plan.pools[i].reset, pred.reset[i], "{call:?}: reset flag");
+                let rows = &plan.pools[i].p2v_rows;
+                let distinct: BTreeSet<i64> = rows.iter().copied().collect();
+                let v2p_distinct: BTreeSet<i64> = plan.pools[i].v2p_rows.iter().copied().collect();
+                // A row listed twice must carry one value (the device applies rows unordered).
+                let consistent = |rows: &[i64], vals: &[i64]| {
+                    let mut seen = BTreeMap::new();
+                    rows.iter()
+                        .zip(vals)
+                        .all(|(r, v)| *seen.entry(*r).or_insert(*v) == *v)
+                };
+                assert!(
+                    consistent(rows, &plan.pools[i].p2v_vals)
+                        && consistent(&plan.pools[i].v2p_rows, &plan.pools[i].v2p_vals),
+                    "{call:?}: pool {i} lists a row twice with different values ({} p2v rows, {} distinct; {} v2p distinct)",
+                    rows.len(),
+                    distinct.len(),
+                    v2p_distinct.len()
+                );
             }
         }
+        let mid_moves = self
+            .model
+            .mid
+            .map_or(0, |m| self.arena.plan().pools[m].num_moves());
         count(
             &call,
             &got_res,
             self.arena.plan().num_moves(),
             pred.keeps_plan,
+            (self.model.mid.is_some(), mid_moves),
         );
         self.compare(&call, pred.keeps_plan);
         if !pred.keeps_plan {
             let bound = if got_res == Ok(1) {
-                pool_of(&call)
+                bound_pools(&call)
             } else {
-                None
+                Vec::new()
             };
-            self.bytes.apply(&self.arena, bound);
+            self.bytes.apply(&self.arena, &bound);
         }
         self.bytes.check(&self.arena);
         got_res
@@ -967,6 +1605,7 @@ impl Harness {
         let (a, m) = (&self.arena, &self.model);
         a.check_invariants()
             .unwrap_or_else(|e| panic!("{call:?}: {e}"));
+        assert!(m.layout_ok(), "{call:?}: model layout");
         assert_eq!(a.latest_token(), m.latest, "{call:?}: latest token");
         for (i, mp) in m.pools.iter().enumerate() {
             let p = a.pool(i);
@@ -983,6 +1622,7 @@ impl Harness {
             assert_eq!(p.v2p(), &v2p[..], "{call:?}: pool {i} v2p");
             assert_eq!(p.p2v(), &p2v[..], "{call:?}: pool {i} p2v");
             assert_eq!(p.watermark(), mp.wm, "{call:?}: pool {i} watermark");
+            assert_eq!(p.span_pages(), mp.span(), "{call:?}: pool {i} span");
             assert_eq!(p.live_pages() as i64, mp.live(), "{call:?}: pool {i} live");
             assert_eq!(p.num_holes(), mp.holes.len(), "{call:?}: pool {i} holes");
             assert_eq!(
@@ -1004,14 +1644,20 @@ impl Harness {
                 m.schedulable(i),
                 "{call:?}: pool {i} schedulable"
             );
-            let low = a.pool(a.chain()[0]).high_byte();
-            let high = a.pool(a.chain()[1]).low_byte();
-            assert_eq!(a.gap_bytes(i), high.saturating_sub(low), "{call:?}: gap");
+            if mp.span() > 0 || !mp.mid {
+                assert_eq!(
+                    (p.low_byte(), p.high_byte()),
+                    (m.low_byte(i), m.high_byte(i)),
+                    "{call:?}: pool {i} band bytes"
+                );
+            }
+            assert_eq!(a.gap_bytes(i), m.gap_bytes(i), "{call:?}: pool {i} gap");
             assert_eq!(a.in_free_group(i), mp.group.is_some());
             let s = p.stats();
             assert_eq!(
                 (s.pages_moved, s.compactions, s.flushes),
-                (mp.moved, mp.compactions, mp.flushes)
+                (mp.moved, mp.compactions, mp.flushes),
+                "{call:?}: pool {i} stats"
             );
             assert_eq!(s.bytes_moved, s.pages_moved * mp.pb);
             // The device mirror, updated from the plan rows only.
@@ -1033,17 +1679,162 @@ impl Harness {
             assert_eq!(mirror.0, p.v2p(), "{call:?}: pool {i} v2p mirror");
             assert_eq!(mirror.1, p.p2v(), "{call:?}: pool {i} p2v mirror");
         }
-        // The capacity contract: whatever `schedulable` promises, alloc delivers.
-        for i in 0..2 {
-            if m.pools[i].owner {
-                let n = m.schedulable(i).min(m.pools[i].free_ids.len() as i64);
-                let mut probe = self.arena.clone();
-                assert!(
-                    probe.alloc(i, n as usize).unwrap(),
-                    "{call:?}: alloc({n}) <= schedulable failed"
+        self.probe_contracts(call);
+        // Costly (two arena copies per pool pair): on every third call.
+        if self.ops % 3 == 0 {
+            self.probe_shortage(call);
+        }
+        self.check_translate_slots(call);
+    }
+
+    /// `shortage_pages(i, k, donor)`: after the donor frees that many of its live pages,
+    /// `alloc(i, k)` succeeds; after one fewer it does not (when the donor's frees release
+    /// nothing elsewhere); None: not even freeing all of them is enough.
+    fn probe_shortage(&self, call: &Call) {
+        let (a, m) = (&self.arena, &self.model);
+        let k_extra = 1 + (self.ops / 3 % 3) as i64;
+        for i in (0..self.n).filter(|&i| m.pools[i].owner) {
+            let k = m.schedulable(i) + k_extra;
+            for donor in (0..self.n).filter(|&d| d != i) {
+                let got = a.shortage_pages(i, k, donor).unwrap();
+                let fits_after = |r: usize| {
+                    let mut probe = a.clone();
+                    let dp = &m.pools[donor];
+                    let pages: Vec<i64> = dp.v2p.keys().take(r).map(|v| v * dp.ps).collect();
+                    if !pages.is_empty() && dp.group.is_none() {
+                        probe.free(donor, &pages).unwrap();
+                    }
+                    probe.alloc(i, k as usize).unwrap()
+                };
+                let free_ids = m.pools[i].free_ids.len() as i64;
+                match got {
+                    Some(r) => {
+                        assert!(r >= 1, "{call:?}: shortage {r} for k above schedulable");
+                        if m.pools[donor].group.is_none() {
+                            assert!(
+                                fits_after(r as usize),
+                                "{call:?}: shortage({i}, {k}, {donor}) = {r} is not enough"
+                            );
+                            let frees_elsewhere = self.swa && donor == FULL;
+                            if !frees_elsewhere {
+                                assert!(
+                                    !fits_after(r as usize - 1),
+                                    "{call:?}: shortage({i}, {k}, {donor}) = {r} is not the least"
+                                );
+                            }
+                        }
+                    }
+                    None => {
+                        let all = m.pools[donor].live() as usize;
+                        let enough = k <= free_ids
+                            && m.pools[donor].group.is_none()
+                            && !(self.swa && donor == FULL)
+                            && fits_after(all);
+                        assert!(
+                            !enough,
+                            "{call:?}: shortage({i}, {k}, {donor}) = None but freeing all fits"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// `translate_slots`: physical slot of each live id, −1 for padding and unbound ids,
+    /// an error for anything else.
+    fn check_translate_slots(&self, call: &Call) {
+        let (a, m) = (&self.arena, &self.model);
+        for (i, p) in m.pools.iter().enumerate() {
+            let mut ids: Vec<i64> = vec![TOMBSTONE];
+            ids.extend(p.v2p.keys().take(3).map(|v| v * p.ps + (v % p.ps)));
+            ids.extend(
+                (p.min_virt..p.num_virt)
+                    .filter(|v| !p.v2p.contains_key(v))
+                    .take(2)
+                    .map(|v| v * p.ps),
+            );
+            let want: Vec<i64> = ids
+                .iter()
+                .map(|&t| {
+                    if t < 0 {
+                        return TOMBSTONE;
+                    }
+                    p.v2p
+                        .get(&(t / p.ps))
+                        .map_or(TOMBSTONE, |&ph| ph * p.ps + t % p.ps)
+                })
+                .collect();
+            let mut out = Vec::new();
+            a.translate_slots(i, &ids, &mut out).unwrap();
+            assert_eq!(out, want, "{call:?}: translate_slots on pool {i}");
+            for bad in [-2, p.num_virt * p.ps] {
+                let e = a.translate_slots(i, &[bad], &mut out).unwrap_err();
+                assert_eq!(
+                    kind_of(&e),
+                    Kind::InvalidId,
+                    "{call:?}: translate_slots({bad})"
                 );
             }
         }
+    }
+
+    /// The feasibility contract, on copies of the arena: `schedulable` pages (joint:
+    /// `joint_schedulable_pages`) fit; one page more returns false and changes nothing.
+    fn probe_contracts(&self, call: &Call) {
+        let (a, m) = (&self.arena, &self.model);
+        for i in 0..self.n {
+            if !m.pools[i].owner {
+                continue;
+            }
+            let n = m.schedulable(i).min(m.pools[i].free_ids.len() as i64) as usize;
+            let mut probe = a.clone();
+            assert!(
+                probe.alloc(i, n).unwrap(),
+                "{call:?}: alloc({n}) <= schedulable failed on pool {i}"
+            );
+            let mut probe = a.clone();
+            assert!(
+                !probe.alloc(i, n + 1).unwrap(),
+                "{call:?}: alloc({}) > schedulable succeeded on pool {i}",
+                n + 1
+            );
+            assert_same_tables(a, &probe);
+        }
+        if !self.swa {
+            assert_eq!(a.joint_schedulable_pages(FULL, SWA), 0);
+            return;
+        }
+        let now = a.joint_available_pages(FULL, SWA);
+        let sched = a.joint_schedulable_pages(FULL, SWA);
+        assert!(
+            m.swa_fits(now, false) && !m.swa_fits(now + 1, false),
+            "{call:?}: joint available {now} is not the model's"
+        );
+        assert!(
+            m.swa_fits(sched, true) && !m.swa_fits(sched + 1, true),
+            "{call:?}: joint schedulable {sched} is not the model's"
+        );
+        if !m.pools[FULL].lazy {
+            assert_eq!(now, sched, "{call:?}: eager joint capacities differ");
+        }
+        if m.mid.is_none() {
+            // (With a middle band in the pair, a joint allocation may pack it by sliding it,
+            // which its own allocation never does: the joint value can then exceed its own.)
+            assert!(now <= a.available_pages(FULL).min(a.available_pages(SWA)));
+        }
+        let mut probe = a.clone();
+        assert!(
+            probe.swa_alloc(FULL, SWA, sched as usize).unwrap(),
+            "{call:?}: swa_alloc({sched}) <= joint schedulable failed"
+        );
+        probe.check_invariants().unwrap();
+        let mut probe = a.clone();
+        assert!(
+            !probe.swa_alloc(FULL, SWA, sched as usize + 1).unwrap(),
+            "{call:?}: swa_alloc({}) > joint schedulable succeeded",
+            sched + 1
+        );
+        assert_same_tables(a, &probe);
     }
 
     fn pages_of(&self, i: usize, tokens: &[i64]) -> Vec<i64> {
@@ -1086,80 +1877,75 @@ impl Harness {
         });
     }
 
+    /// Track the plan's tokens as a new batch of pool `i` after a successful allocation.
+    fn track(&mut self, i: usize, res: Result<i64, Kind>, n: i64) {
+        if res == Ok(1) && n > 0 {
+            let tokens = self.arena.plan().tokens.clone();
+            self.batches.push(Batch {
+                pool: i,
+                tokens,
+                growable: false,
+            });
+        }
+    }
+
     fn op(&mut self, op: &Op) {
+        let n = self.n;
         match *op {
-            Op::Alloc { pool, n } => {
-                let i = pool as usize % 2;
-                if self.call(Call::Alloc(i, n as usize)) == Ok(1) && n > 0 {
-                    let tokens = self.arena.plan().tokens.clone();
-                    self.batches.push(Batch {
-                        pool: i,
-                        tokens,
-                        growable: false,
-                    });
-                }
+            Op::Alloc { pool, n: k } => {
+                let i = pool as usize % n;
+                let res = self.call(Call::Alloc(i, k as usize));
+                self.track(i, res, k as i64);
             }
             Op::AllocNear { pool, delta, sched } => {
-                let i = pool as usize % 2;
+                let i = pool as usize % n;
                 let base = if sched {
                     self.model.schedulable(i)
                 } else {
                     self.model.available(i)
                 };
-                let n = (base + delta as i64).max(0);
-                if self.call(Call::Alloc(i, n as usize)) == Ok(1) && n > 0 {
-                    let tokens = self.arena.plan().tokens.clone();
-                    self.batches.push(Batch {
-                        pool: i,
-                        tokens,
-                        growable: false,
-                    });
-                }
+                let k = (base + delta as i64).max(0);
+                let res = self.call(Call::Alloc(i, k as usize));
+                self.track(i, res, k);
             }
-            Op::AllocTokens { pool, n } => {
-                let i = pool as usize % 2;
-                if self.call(Call::AllocTokens(i, n as i64)) == Ok(1) && n > 0 {
-                    let tokens = self.arena.plan().tokens.clone();
-                    self.batches.push(Batch {
-                        pool: i,
-                        tokens,
-                        growable: false,
-                    });
-                }
+            Op::AllocTokens { pool, n: k } => {
+                let i = pool as usize % n;
+                let res = self.call(Call::AllocTokens(i, k as i64));
+                self.track(i, res, k as i64);
             }
             Op::BindSwa { ref pick, bad } => self.bind_swa(pick, bad),
             Op::Extend {
                 pool,
                 ref reqs,
                 host,
-            } => self.extend(pool as usize % 2, reqs, host),
+            } => self.extend(pool as usize % n, reqs, host, false),
             Op::Decode {
                 pool,
                 ref sel,
                 host,
-            } => self.decode(pool as usize % 2, sel, host),
+            } => self.decode(pool as usize % n, sel, host, false),
             Op::Free {
                 pool,
                 batch,
                 part,
                 dup,
-            } => self.free(pool as usize % 2, batch, part, dup),
-            Op::FreeBad { pool, kind, sel } => self.free_bad(pool as usize % 2, kind, sel),
+            } => self.free(pool as usize % n, batch, part, dup),
+            Op::FreeBad { pool, kind, sel } => self.free_bad(pool as usize % n, kind, sel),
             Op::GroupBegin(pool) => {
-                self.call(Call::GroupBegin(pool as usize % 2)).ok();
+                self.call(Call::GroupBegin(pool as usize % n)).ok();
             }
             Op::GroupEnd(pool) => {
-                self.call(Call::GroupEnd(pool as usize % 2)).ok();
+                self.call(Call::GroupEnd(pool as usize % n)).ok();
             }
             Op::Flush { urgent, pool } => {
-                self.call(Call::Flush(pool.map(|p| p as usize % 2), urgent))
+                self.call(Call::Flush(pool.map(|p| p as usize % n), urgent))
                     .unwrap();
             }
             Op::SetLatest(t) => {
                 self.call(Call::SetLatest(t.map(u64::from))).unwrap();
             }
             Op::Inflight { pool, token, batch } => {
-                let i = pool as usize % 2;
+                let i = pool as usize % n;
                 let mut toks = self
                     .pick_batch(i, batch, None)
                     .map_or(Vec::new(), |k| self.batches[k].tokens.clone());
@@ -1171,15 +1957,42 @@ impl Harness {
                 self.call(Call::Retire(u64::from(t))).unwrap();
             }
             Op::Clear(pool) => {
-                let i = pool as usize % 2;
+                let i = pool as usize % n;
                 self.call(Call::Clear(i)).unwrap();
-                self.batches.retain(|b| b.pool != i);
+                let both = i == FULL && self.swa;
+                self.batches
+                    .retain(|b| b.pool != i && !(both && b.pool == SWA));
             }
+            Op::SwaAlloc { n: k, near, sched } => {
+                let ps = self.model.pools[FULL].ps;
+                let pages = match near {
+                    Some(delta) if self.swa => {
+                        let j = if sched {
+                            self.arena.joint_schedulable_pages(FULL, SWA)
+                        } else {
+                            self.arena.joint_available_pages(FULL, SWA)
+                        };
+                        (j + delta as i64).max(0)
+                    }
+                    _ => k as i64,
+                };
+                let res = self.call(Call::SwaAlloc(pages * ps));
+                self.track(FULL, res, pages);
+            }
+            Op::SwaExtend { ref reqs, host } => self.extend(FULL, reqs, host, true),
+            Op::SwaDecode { ref sel, host } => self.decode(FULL, sel, host, true),
+            Op::SwaFree { batch, part, dup } => self.swa_free(batch, part, dup),
+            Op::SwaFreeWindow {
+                sel,
+                part,
+                dup,
+                bad,
+            } => self.swa_free_window(sel, part, dup, bad),
         }
     }
 
     fn bind_swa(&mut self, pick: &[u16], bad: u8) {
-        let (owner, swa) = (&self.model.pools[0], &self.model.pools[1]);
+        let (owner, swa) = (&self.model.pools[FULL], &self.model.pools[SWA]);
         let cands: Vec<i64> = owner
             .v2p
             .keys()
@@ -1202,10 +2015,10 @@ impl Harness {
             _ => {}
         }
         // On a mamba arena this exercises the owner-pool error.
-        self.call(Call::AllocWithVirtual(1, vs)).ok();
+        self.call(Call::AllocWithVirtual(SWA, vs)).ok();
     }
 
-    fn extend(&mut self, i: usize, reqs: &[(u16, u8)], host: bool) {
+    fn extend(&mut self, i: usize, reqs: &[(u16, u8)], host: bool, joint: bool) {
         let mut chosen: Vec<Option<usize>> = Vec::new();
         let (mut pre, mut seq, mut last) = (Vec::new(), Vec::new(), Vec::new());
         for &(sel, grow) in reqs {
@@ -1219,13 +2032,18 @@ impl Harness {
             seq.push(toks.len() as i64 + grow as i64);
             last.push(toks.last().copied().unwrap_or(-1));
         }
-        let call = Call::Extend(i, pre.clone(), seq.clone(), host.then(|| last.clone()));
+        let host_last = host.then(|| last.clone());
+        let call = if joint {
+            Call::SwaExtend(pre.clone(), seq.clone(), host_last)
+        } else {
+            Call::Extend(i, pre.clone(), seq.clone(), host_last)
+        };
         if self.call(call) == Ok(1) {
             self.grow_requests(i, &chosen, &pre, &seq, &last);
         }
     }
 
-    fn decode(&mut self, i: usize, sel: &[u16], host: bool) {
+    fn decode(&mut self, i: usize, sel: &[u16], host: bool, joint: bool) {
         let mut chosen: Vec<Option<usize>> = Vec::new();
         let (mut seq, mut last, mut pre) = (Vec::new(), Vec::new(), Vec::new());
         for &s in sel {
@@ -1239,7 +2057,13 @@ impl Harness {
             seq.push(toks.len() as i64 + 1);
             last.push(toks.last().copied().unwrap_or(-1));
         }
-        if self.call(Call::Decode(i, seq.clone(), host.then(|| last.clone()))) == Ok(1) {
+        let host_last = host.then(|| last.clone());
+        let call = if joint {
+            Call::SwaDecode(seq.clone(), host_last)
+        } else {
+            Call::Decode(i, seq.clone(), host_last)
+        };
+        if self.call(call) == Ok(1) {
             self.grow_requests(i, &chosen, &pre, &seq, &last);
         }
     }
@@ -1286,13 +2110,9 @@ impl Harness {
         }
     }
 
-    fn free(&mut self, i: usize, batch: u16, part: u8, dup: u8) {
-        if self.swa && i == 1 {
-            return self.free_swa(batch, part, dup);
-        }
-        let Some(k) = self.pick_batch(i, batch, None) else {
-            return;
-        };
+    /// The tokens of a free: a whole request, or a part of a plain batch; `dup == 0`
+    /// repeats the first token.
+    fn free_tokens(&self, k: usize, part: u8, dup: u8) -> Vec<i64> {
         let b = &self.batches[k];
         let mut toks = if b.growable {
             b.tokens.clone()
@@ -1305,19 +2125,30 @@ impl Harness {
         if dup == 0 {
             toks.push(toks[0]);
         }
-        // A SWA composite frees the swa side of the same ids first (what it still holds).
-        if self.swa && i == 0 {
-            let swa = &self.model.pools[1];
+        toks
+    }
+
+    fn free(&mut self, i: usize, batch: u16, part: u8, dup: u8) {
+        if self.swa && i == SWA {
+            return self.free_swa(batch, part, dup);
+        }
+        let Some(k) = self.pick_batch(i, batch, None) else {
+            return;
+        };
+        let toks = self.free_tokens(k, part, dup);
+        // By hand, what the composite free does: the swa side of the same ids first.
+        if self.swa && i == FULL {
+            let swa = &self.model.pools[SWA];
             let queued = swa.group.clone().unwrap_or_default();
             let pages: Vec<i64> = self
-                .pages_of(0, &toks)
+                .pages_of(FULL, &toks)
                 .into_iter()
                 .filter(|v| swa.v2p.contains_key(v) && !queued.contains(v))
                 .collect();
             let ps = swa.ps;
             if !pages.is_empty() {
                 self.call(Call::Free(
-                    1,
+                    SWA,
                     pages.iter().map(|v| v * ps + (v % ps)).collect(),
                 ))
                 .unwrap();
@@ -1328,9 +2159,55 @@ impl Harness {
         }
     }
 
+    /// The composite free of a batch of the owner (both sides in one plan).
+    fn swa_free(&mut self, batch: u16, part: u8, dup: u8) {
+        let toks = match self.pick_batch(FULL, batch, None) {
+            Some(k) => self.free_tokens(k, part, dup),
+            None => vec![part as i64],
+        };
+        if self.call(Call::SwaFree(toks)).is_ok() {
+            self.prune(FULL);
+            if self.swa {
+                self.prune(SWA);
+            }
+        }
+    }
+
+    /// Tokens that left the sliding window, through the composite: live owner ids (some
+    /// already released on the swa side); `bad` adds an id that is dead on the owner or
+    /// out of range.
+    fn swa_free_window(&mut self, sel: u16, part: u8, dup: u8, bad: u8) {
+        let owner = &self.model.pools[FULL];
+        let live: Vec<i64> = owner.v2p.keys().copied().collect();
+        let ps = owner.ps;
+        let mut toks: Vec<i64> = if live.is_empty() {
+            Vec::new()
+        } else {
+            let n = 1 + part as usize % live.len().min(5);
+            let start = sel as usize % (live.len() - n + 1);
+            live[start..start + n]
+                .iter()
+                .map(|v| v * ps + sel as i64 % ps)
+                .collect()
+        };
+        if dup == 0 && !toks.is_empty() {
+            toks.push(toks[0]);
+        }
+        match bad {
+            0 => {
+                let dead = (owner.min_virt..owner.num_virt).find(|v| !owner.v2p.contains_key(v));
+                toks.extend(dead.map(|v| v * ps));
+            }
+            1 => toks.push(owner.num_virt * ps),
+            2 => toks.push(-2),
+            _ => {}
+        }
+        self.call(Call::SwaFreeNonowner(toks)).ok();
+    }
+
     /// Tokens that left the sliding window: free a few swa pages, the ids stay live on full.
     fn free_swa(&mut self, sel: u16, part: u8, dup: u8) {
-        let swa = &self.model.pools[1];
+        let swa = &self.model.pools[SWA];
         let queued = swa.group.clone().unwrap_or_default();
         let live: Vec<i64> = swa
             .v2p
@@ -1351,7 +2228,7 @@ impl Harness {
         if dup == 0 {
             toks.push(toks[0]);
         }
-        self.call(Call::Free(1, toks)).ok();
+        self.call(Call::Free(SWA, toks)).ok();
     }
 
     fn free_bad(&mut self, i: usize, kind: u8, sel: u16) {
@@ -1431,27 +2308,61 @@ enum Op {
     },
     Retire(u8),
     Clear(u8),
+    /// Joint allocation of `n` pages, or (`near`) of the joint capacity plus a delta.
+    SwaAlloc {
+        n: u8,
+        near: Option<i8>,
+        sched: bool,
+    },
+    SwaExtend {
+        reqs: Vec<(u16, u8)>,
+        host: bool,
+    },
+    SwaDecode {
+        sel: Vec<u16>,
+        host: bool,
+    },
+    SwaFree {
+        batch: u16,
+        part: u8,
+        dup: u8,
+    },
+    SwaFreeWindow {
+        sel: u16,
+        part: u8,
+        dup: u8,
+        bad: u8,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..2u8, 0..8u8).prop_map(|(pool, n)| Op::Alloc { pool, n }),
-        2 => (0..2u8, -2..=2i8, any::<bool>()).prop_map(|(pool, delta, sched)| Op::AllocNear { pool, delta, sched }),
-        1 => (0..2u8, 0..40u8).prop_map(|(pool, n)| Op::AllocTokens { pool, n }),
+        8 => (0..6u8, 0..8u8).prop_map(|(pool, n)| Op::Alloc { pool, n }),
+        2 => (0..6u8, -2..=2i8, any::<bool>()).prop_map(|(pool, delta, sched)| Op::AllocNear { pool, delta, sched }),
+        1 => (0..6u8, 0..40u8).prop_map(|(pool, n)| Op::AllocTokens { pool, n }),
         3 => (prop::collection::vec(any::<u16>(), 1..6), 0..10u8).prop_map(|(pick, bad)| Op::BindSwa { pick, bad }),
-        3 => (0..2u8, prop::collection::vec((any::<u16>(), 0..24u8), 1..5), any::<bool>())
+        3 => (0..6u8, prop::collection::vec((any::<u16>(), 0..24u8), 1..5), any::<bool>())
             .prop_map(|(pool, reqs, host)| Op::Extend { pool, reqs, host }),
-        3 => (0..2u8, prop::collection::vec(any::<u16>(), 1..6), any::<bool>())
+        3 => (0..6u8, prop::collection::vec(any::<u16>(), 1..6), any::<bool>())
             .prop_map(|(pool, sel, host)| Op::Decode { pool, sel, host }),
-        9 => (0..2u8, any::<u16>(), any::<u8>(), 0..8u8).prop_map(|(pool, batch, part, dup)| Op::Free { pool, batch, part, dup }),
-        1 => (0..2u8, 0..5u8, any::<u16>()).prop_map(|(pool, kind, sel)| Op::FreeBad { pool, kind, sel }),
-        1 => (0..2u8).prop_map(Op::GroupBegin),
-        1 => (0..2u8).prop_map(Op::GroupEnd),
-        4 => (any::<bool>(), prop::option::of(0..2u8)).prop_map(|(urgent, pool)| Op::Flush { urgent, pool }),
+        9 => (0..6u8, any::<u16>(), any::<u8>(), 0..8u8).prop_map(|(pool, batch, part, dup)| Op::Free { pool, batch, part, dup }),
+        1 => (0..6u8, 0..5u8, any::<u16>()).prop_map(|(pool, kind, sel)| Op::FreeBad { pool, kind, sel }),
+        1 => (0..6u8).prop_map(Op::GroupBegin),
+        1 => (0..6u8).prop_map(Op::GroupEnd),
+        4 => (any::<bool>(), prop::option::of(0..6u8)).prop_map(|(urgent, pool)| Op::Flush { urgent, pool }),
         2 => prop::option::of(1..5u8).prop_map(Op::SetLatest),
-        2 => (0..2u8, 1..5u8, any::<u16>()).prop_map(|(pool, token, batch)| Op::Inflight { pool, token, batch }),
+        2 => (0..6u8, 1..5u8, any::<u16>()).prop_map(|(pool, token, batch)| Op::Inflight { pool, token, batch }),
         2 => (1..5u8).prop_map(Op::Retire),
-        1 => (0..2u8).prop_map(Op::Clear),
+        1 => (0..6u8).prop_map(Op::Clear),
+        5 => (0..8u8, prop::option::weighted(0.3, -2..=2i8), any::<bool>())
+            .prop_map(|(n, near, sched)| Op::SwaAlloc { n, near, sched }),
+        2 => (prop::collection::vec((any::<u16>(), 0..24u8), 1..5), any::<bool>())
+            .prop_map(|(reqs, host)| Op::SwaExtend { reqs, host }),
+        2 => (prop::collection::vec(any::<u16>(), 1..6), any::<bool>())
+            .prop_map(|(sel, host)| Op::SwaDecode { sel, host }),
+        4 => (any::<u16>(), any::<u8>(), 0..8u8).prop_map(|(batch, part, dup)| Op::SwaFree { batch, part, dup }),
+        3 => (any::<u16>(), any::<u8>(), 0..8u8, 0..8u8)
+            .prop_map(|(sel, part, dup, bad)| Op::SwaFreeWindow { sel, part, dup, bad }),
     ]
 }
 
@@ -1469,12 +2380,12 @@ fn config(cases: u32) -> ProptestConfig {
 /// Drain everything at the end: close groups, free all, retire tokens, flush urgently; the
 /// arena must be empty and packed.
 fn drain(h: &mut Harness) {
-    for i in 0..2 {
+    for i in 0..h.n {
         if h.model.pools[i].group.is_some() {
             h.call(Call::GroupEnd(i)).unwrap();
         }
     }
-    for i in [1, 0] {
+    for i in (0..h.n).rev() {
         let live: Vec<i64> = h.model.pools[i].v2p.keys().copied().collect();
         let ps = h.model.pools[i].ps;
         if !live.is_empty() {
@@ -1483,7 +2394,7 @@ fn drain(h: &mut Harness) {
         }
     }
     h.call(Call::Flush(None, true)).unwrap();
-    for i in 0..2 {
+    for i in 0..h.n {
         let p = h.arena.pool(i);
         assert_eq!(
             (
@@ -1500,8 +2411,9 @@ fn drain(h: &mut Harness) {
 proptest! {
     #![proptest_config(config(MODEL_CASES))]
 
-    /// Eager and lazy, both directions, page sizes 1/8/16, entry sizes that do not divide
-    /// each other, mamba-like (two owners) and SWA-like (non-owner) pools.
+    /// Eager and lazy, both directions (and every placement of a middle band), page sizes
+    /// 1/8/16, entry sizes that do not divide each other, mamba-like (two owners) and
+    /// SWA-like (non-owner) pools, the SWA composite operations.
     #[test]
     fn arena_matches_the_reference_model(cfg in cfg_strategy(), ops in prop::collection::vec(op_strategy(), 40..110)) {
         let mut h = Harness::new(&cfg, cfg.lazy);
@@ -1516,9 +2428,9 @@ proptest! {
 static OPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Outcome counters, to see what the random traces exercise (printed by `zz_report`).
-static COUNTS: [std::sync::atomic::AtomicUsize; 8] =
-    [const { std::sync::atomic::AtomicUsize::new(0) }; 8];
-const COUNT_NAMES: [&str; 8] = [
+static COUNTS: [std::sync::atomic::AtomicUsize; 12] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 12];
+const COUNT_NAMES: [&str; 12] = [
     "calls",
     "allocs ok",
     "allocs not fitting",
@@ -1527,20 +2439,32 @@ const COUNT_NAMES: [&str; 8] = [
     "plans with moves",
     "page moves",
     "flushes",
+    "joint allocs ok",
+    "joint allocs not fitting",
+    "calls on three-band arenas",
+    "allocs that slid the middle band",
 ];
 
-fn count(call: &Call, res: &Result<i64, Kind>, moves: usize, kept: bool) {
+fn count(call: &Call, res: &Result<i64, Kind>, moves: usize, kept: bool, mid: (bool, usize)) {
     use std::sync::atomic::Ordering::Relaxed;
-    let is_alloc = pool_of(call).is_some();
+    let is_alloc = !bound_pools(call).is_empty();
+    let joint = bound_pools(call).len() == 2;
     let slots = [
         true,
         is_alloc && *res == Ok(1),
         is_alloc && *res == Ok(0),
         res.is_err(),
-        matches!(call, Call::Free(..)) && res.is_ok(),
+        matches!(
+            call,
+            Call::Free(..) | Call::SwaFree(..) | Call::SwaFreeNonowner(..)
+        ) && res.is_ok(),
         !kept && moves > 0,
         false,
         matches!(call, Call::Flush(..)),
+        joint && *res == Ok(1),
+        joint && *res == Ok(0),
+        mid.0,
+        is_alloc && *res == Ok(1) && !kept && mid.1 > 0,
     ];
     for (k, &on) in slots.iter().enumerate() {
         if on {
@@ -1566,8 +2490,8 @@ enum TraceOp {
 fn trace_strategy() -> impl Strategy<Value = Vec<TraceOp>> {
     prop::collection::vec(
         prop_oneof![
-            6 => (0..2u8, 0..7u8).prop_map(|(pool, n)| TraceOp::Alloc { pool, n }),
-            5 => (0..2u8, any::<u16>(), any::<u8>()).prop_map(|(pool, batch, part)| TraceOp::Free { pool, batch, part }),
+            6 => (0..6u8, 0..7u8).prop_map(|(pool, n)| TraceOp::Alloc { pool, n }),
+            5 => (0..6u8, any::<u16>(), any::<u8>()).prop_map(|(pool, batch, part)| TraceOp::Free { pool, batch, part }),
             2 => Just(TraceOp::Flush),
             1 => (1..4u8).prop_map(TraceOp::SetLatest),
             1 => (1..4u8).prop_map(TraceOp::Retire),
@@ -1584,13 +2508,15 @@ proptest! {
     /// same data and the same (packed) footprint.
     #[test]
     fn lazy_and_eager_agree_without_pressure(cfg in cfg_strategy(), trace in trace_strategy()) {
-        let allocs: [u64; 2] = [0, 1].map(|i| trace.iter().map(|op| match op {
-            TraceOp::Alloc { pool, n } if *pool as usize == i => u64::from(*n),
+        let n = cfg.num_pools();
+        let allocs: u64 = trace.iter().map(|op| match op {
+            TraceOp::Alloc { n, .. } => u64::from(*n),
             _ => 0,
-        }).sum());
-        // Room for every page the trace ever allocates on both sides: no alloc ever has to
-        // flush, so the two modes must agree on everything the caller sees.
-        let cfg = Cfg { swa: false, units: cfg.units + allocs[0] + allocs[1] + 2, ..cfg };
+        }).sum();
+        // Room for every page the trace ever allocates on every side, twice over (a middle
+        // band anchored in the middle of the gap): no alloc ever has to flush or slide, so
+        // the two modes must agree on everything the caller sees.
+        let cfg = Cfg { swa: false, units: cfg.units + 2 * n as u64 * allocs + 2, ..cfg };
         let mut eager = Harness::new(&cfg, false);
         let mut lazy = Harness::new(&cfg, true);
         for op in &trace {
@@ -1604,12 +2530,12 @@ proptest! {
                 }
             }
             prop_assert_eq!(eager.arena.plan().pages.clone(), lazy.arena.plan().pages.clone());
-            for i in 0..2 {
+            for i in 0..n {
                 prop_assert!(eager.arena.pool(i).free_ids().eq(lazy.arena.pool(i).free_ids()));
             }
         }
         lazy.call(Call::Flush(None, true)).unwrap();
-        for i in 0..2 {
+        for i in 0..n {
             let live = |h: &Harness| h.model.pools[i].v2p.keys().copied().collect::<Vec<_>>();
             prop_assert_eq!(live(&eager), live(&lazy));
             prop_assert_eq!(eager.arena.pool(i).span_pages(), lazy.arena.pool(i).span_pages());

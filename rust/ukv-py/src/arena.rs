@@ -94,10 +94,19 @@ fn direction(s: &str) -> PyResult<Direction> {
     match s {
         "up" => Ok(Direction::Up),
         "down" => Ok(Direction::Down),
+        "middle" => Ok(Direction::Middle),
         other => Err(raise(
             "PoolConfigError",
-            format!("invalid grow = {other:?}: must be \"up\" or \"down\""),
+            format!("invalid grow = {other:?}: must be \"up\", \"down\" or \"middle\""),
         )),
+    }
+}
+
+fn grow_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Up => "up",
+        Direction::Middle => "middle",
+        Direction::Down => "down",
     }
 }
 
@@ -315,14 +324,7 @@ impl PyArena {
         d.set_item("min_page_index", g.min_page_index)?;
         d.set_item("num_virtual_pages", g.num_virtual_pages)?;
         d.set_item("min_virtual_page", g.min_virtual_page)?;
-        d.set_item(
-            "grow",
-            if g.direction == Direction::Up {
-                "up"
-            } else {
-                "down"
-            },
-        )?;
+        d.set_item("grow", grow_name(g.direction))?;
         d.set_item("lazy", p.is_lazy())?;
         d.set_item("id_owner", p.is_id_owner())?;
         Ok(d)
@@ -371,14 +373,135 @@ impl PyArena {
         Ok(unsafe { borrowed_view(data, slf.clone().into_any()) })
     }
 
+    // ----- hybrid composites (API.md §5) ------------------------------------------------
+    // The SWA pair's joint operations (one plan for both sides), the joint capacity, the
+    // Mamba slot translate and the shortage report; `move_order` for three-band plans.
+
+    /// Joint alloc of `num_tokens` tokens on owner `full` and its SWA pool `swa`; the
+    /// virtual token ids, or None (nothing changed) when both sides cannot take them.
+    fn swa_alloc<'py>(
+        &mut self,
+        py: Python<'py>,
+        full: usize,
+        swa: usize,
+        num_tokens: i64,
+    ) -> PyResult<Option<Arr<'py>>> {
+        let ok = self.call(|a| a.swa_alloc_tokens(full, swa, num_tokens))?;
+        Ok(ok.then(|| to_numpy(py, &self.inner.plan().tokens)))
+    }
+
+    /// Joint token-level extend; (tokens, token_req or None) or None when it does not fit.
+    #[pyo3(signature = (full, swa, prefix_lens, seq_lens, last_loc=None))]
+    fn swa_alloc_extend<'py>(
+        &mut self,
+        py: Python<'py>,
+        full: usize,
+        swa: usize,
+        prefix_lens: &Bound<'py, PyAny>,
+        seq_lens: &Bound<'py, PyAny>,
+        last_loc: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<TokenResult<'py>> {
+        let pre = ids(prefix_lens, "prefix_lens_cpu")?;
+        let seq = ids(seq_lens, "seq_lens_cpu")?;
+        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
+        let (pre, seq) = (pre.as_slice()?, seq.as_slice()?);
+        let last = match &last {
+            Some(l) => Some(l.as_slice()?),
+            None => None,
+        };
+        let ok = self.call(|a| a.swa_alloc_extend(full, swa, pre, seq, last))?;
+        Ok(ok.then(|| self.tokens_out(py)))
+    }
+
+    /// Joint token-level decode; (tokens, token_req or None) or None when it does not fit.
+    #[pyo3(signature = (full, swa, seq_lens, last_loc=None))]
+    fn swa_alloc_decode<'py>(
+        &mut self,
+        py: Python<'py>,
+        full: usize,
+        swa: usize,
+        seq_lens: &Bound<'py, PyAny>,
+        last_loc: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<TokenResult<'py>> {
+        let seq = ids(seq_lens, "seq_lens_cpu")?;
+        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
+        let seq = seq.as_slice()?;
+        let last = match &last {
+            Some(l) => Some(l.as_slice()?),
+            None => None,
+        };
+        let ok = self.call(|a| a.swa_alloc_decode(full, swa, seq, last))?;
+        Ok(ok.then(|| self.tokens_out(py)))
+    }
+
+    /// Free these tokens' pages on both sides (SWA pages already released are skipped).
+    fn swa_free(&mut self, full: usize, swa: usize, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = ids(tokens, "ids")?;
+        let tokens = tokens.as_slice()?;
+        self.call(|a| a.swa_free(full, swa, tokens))
+    }
+
+    /// Free only the SWA side of these tokens' pages; the ids stay live on `full`.
+    fn swa_free_nonowner(
+        &mut self,
+        full: usize,
+        swa: usize,
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let tokens = ids(tokens, "ids")?;
+        let tokens = tokens.as_slice()?;
+        self.call(|a| a.swa_free_nonowner(full, swa, tokens))
+    }
+
+    /// Pages a joint alloc can take now, without compacting anything.
+    fn joint_available_pages(&self, full: usize, swa: usize) -> PyResult<i64> {
+        self.inner.check_swa_pair(full, swa).map_err(to_py)?;
+        Ok(self.inner.joint_available_pages(full, swa))
+    }
+
+    /// Pages a joint alloc is guaranteed to get (exact: one page more returns None).
+    fn joint_schedulable_pages(&self, full: usize, swa: usize) -> PyResult<i64> {
+        self.inner.check_swa_pair(full, swa).map_err(to_py)?;
+        Ok(self.inner.joint_schedulable_pages(full, swa))
+    }
+
+    /// Physical slots of virtual slots; -1 (padding) and unbound slots give -1.
+    fn translate_slots<'py>(
+        &self,
+        py: Python<'py>,
+        pool: usize,
+        slots: &Bound<'py, PyAny>,
+    ) -> PyResult<Arr<'py>> {
+        let slots = ids(slots, "ids")?;
+        let slots = slots.as_slice()?;
+        let mut out = Vec::new();
+        self.inner
+            .translate_slots(pool, slots, &mut out)
+            .map_err(to_py)?;
+        Ok(to_numpy(py, &out))
+    }
+
+    /// Pages `donor` must release for `k` more pages to fit on `pool`, or None when no
+    /// number of them is enough.
+    fn shortage_pages(&self, pool: usize, k: i64, donor: usize) -> PyResult<Option<i64>> {
+        self.inner.shortage_pages(pool, k, donor).map_err(to_py)
+    }
+
+    /// Pool indices in the order a plan's page moves must run (a middle band last).
+    fn move_order(&self) -> Vec<usize> {
+        self.inner.move_order().to_vec()
+    }
+
     // ----- the last operation's plan ------------------------------------------------------
 
-    /// Page moves of the last operation: a list of (pool, src pages, dst pages).
+    /// Page moves of the last operation: a list of (pool, src pages, dst pages), in the
+    /// order the pools' moves must run (`move_order`: a middle band last).
     fn plan_moves<'py>(&self, py: Python<'py>) -> Vec<(usize, Arr<'py>, Arr<'py>)> {
         let plan = self.inner.plan();
-        plan.pools
+        self.inner
+            .move_order()
             .iter()
-            .enumerate()
+            .map(|&i| (i, &plan.pools[i]))
             .filter(|(_, p)| p.num_moves() > 0)
             .map(|(i, p)| (i, to_numpy(py, &p.src), to_numpy(py, &p.dst)))
             .collect()
