@@ -74,3 +74,44 @@ def test_three_band_pool_moves_the_middle_band_and_keeps_its_bytes() -> None:
         assert pool.stats().sub_pools[1].pages_moved > before
         pool.check_invariants()
         _check(pool, ids)
+
+
+def _stamp_any(pool: ukv.UnifiedKVPool, name: str, ids: torch.Tensor) -> None:
+    loc = pool.allocator(name).translate_kv_loc(ids)
+    k = ids.to(torch.float16).view(-1, 1, 1).expand(-1, 2, 4).contiguous()
+    pool.set_kv(name, 0, loc, k, torch.zeros_like(k))
+
+
+def _check_any(pool: ukv.UnifiedKVPool, name: str, ids: torch.Tensor) -> None:
+    loc = pool.allocator(name).translate_kv_loc(ids)
+    got = pool.kv_views(name)[0][0][loc, 0].to(torch.float32)[:, 0, 0]
+    assert torch.equal(got, ids.to(torch.float32)), (name, got, ids)
+
+
+def test_middle_band_listed_first_keeps_every_sides_bytes() -> None:
+    """Sub-pool indices need not follow band order: with the middle band at index 0, a
+    plan whose end band flushes and whose middle band slides into the vacated bytes must
+    still copy the end band's sources first (the core's ``move_order``)."""
+    import numpy as np
+
+    for lazy in (False, True):
+        specs = [_spec("swa", 3, "middle"), _spec("kv", 2, "up"), _spec("state", 1, "down")]
+        pool = ukv.UnifiedKVPool(6400, specs, device=CPU, lazy=lazy)
+        rng = np.random.default_rng(7 + lazy)
+        live: dict[str, list[torch.Tensor]] = {"swa": [], "kv": [], "state": []}
+        for _ in range(150):
+            name = ("swa", "kv", "state")[int(rng.integers(3))]
+            alloc = pool.allocator(name)
+            if rng.random() < 0.55:
+                room = alloc.schedulable_available_size()
+                if room:
+                    ids = alloc.alloc(int(rng.integers(1, min(room, 12) + 1)))
+                    assert ids is not None
+                    _stamp_any(pool, name, ids)
+                    live[name].append(ids)
+            elif live[name]:
+                alloc.free(live[name].pop(int(rng.integers(len(live[name])))))
+            pool.check_invariants()
+            for side, held in live.items():
+                for ids in held:
+                    _check_any(pool, side, ids)

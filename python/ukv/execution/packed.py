@@ -84,6 +84,11 @@ class PackedExecutor(Executor):
         # Stand-in target for pointer arguments a launch does not use (never written).
         self._scratch = torch.zeros(2, dtype=torch.int64, device=raw.device)
         self._scratch_addr = self._scratch.data_ptr()
+        # Sections come in sub-pool index order; a plan's moves must run in the core's
+        # band order (a middle band's slide reads nothing an end band still has to copy).
+        order = list(arena.move_order())
+        self._rank = {p: r for r, p in enumerate(order)}
+        self._reorder = order != sorted(order)
         self._geo: list[_Geometry] = []
         for t, i in zip(tables, infos):
             self._geo.append(self._geometry(raw, t, i))
@@ -168,6 +173,8 @@ class PackedExecutor(Executor):
             if layout[2]:
                 self._launch(base, at, None, layout, out, last)
             return out
+        if self._reorder and len(sections) > 1:
+            sections = sorted(sections, key=lambda sec: self._rank[sec[0]])
         for n, section in enumerate(sections):
             self._launch(base, at, section, layout if n == 0 else None, out, last)
         return out
