@@ -76,27 +76,6 @@ class ModelConfig:
         return self.num_layers - self.num_full
 
 
-class Cache(Protocol):
-    """Where the model's per-request memory lives. ``rid`` names a request; ``index`` is
-    the layer's index among its kind (full or other)."""
-
-    def attend_kv(
-        self, full: bool, index: int, rid: int, start: int, lo: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``k``, ``v`` (shape ``[n, kv_heads, head_dim]``) at positions
-        ``[start, start + n)`` and return K, V of positions ``[lo, start + n)`` as float32."""
-        ...
-
-    def read_state(self, index: int, rid: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Conv state ``[conv_width - 1, conv_channels]`` and temporal state
-        ``[ssm_heads, ssm_dim, ssm_dim]``, as float32 copies."""
-        ...
-
-    def write_state(self, index: int, rid: int, conv: torch.Tensor, temporal: torch.Tensor) -> None:
-        """Store the request's new states (same shapes as :meth:`read_state`)."""
-        ...
-
-
 @dataclass(frozen=True)
 class Chunk:
     """One request's share of a forward: ``tokens`` (shape ``[n]`` int64) at positions
@@ -105,6 +84,48 @@ class Chunk:
     rid: int
     start: int
     tokens: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Group:
+    """Requests the model runs together through a layer's cache step: all decode tokens
+    of a batch (``n == 1``), or one request's prefill chunk.
+
+    Attributes:
+        rids: The requests, ``B`` of them.
+        starts: Each one's first position in this step.
+        n: Tokens per request in this step.
+        rows: shape ``[B * n]`` rows of the batch's token matrix, request-major.
+    """
+
+    rids: list[int]
+    starts: list[int]
+    n: int
+    rows: torch.Tensor
+
+
+class Cache(Protocol):
+    """Where the model's per-request memory lives; ``index`` is the layer's index among
+    its kind (full or other). Both implementations return the same shapes."""
+
+    def attend_kv(
+        self, full: bool, index: int, group: Group, los: list[int], k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k``, ``v`` (shape ``[B, n, kv_heads, head_dim]``) at each request's
+        positions ``[start, start + n)``; return K, V of positions ``[lo, start + n)``,
+        shape ``[B, L, kv_heads, head_dim]`` float32, ``L`` the longest, zero-padded."""
+        ...
+
+    def read_state(self, index: int, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Conv states ``[B, conv_width - 1, conv_channels]`` and temporal states
+        ``[B, ssm_heads, ssm_dim, ssm_dim]``, float32 copies."""
+        ...
+
+    def write_state(
+        self, index: int, rids: list[int], conv: torch.Tensor, temporal: torch.Tensor
+    ) -> None:
+        """Store the requests' new states (shapes as :meth:`read_state`)."""
+        ...
 
 
 class HybridModel:
@@ -152,65 +173,69 @@ class HybridModel:
             Tensor: shape ``[len(chunks), vocab]`` float32 logits at each chunk's last token.
         """
         cfg = self.cfg
-        tokens = torch.cat([c.tokens for c in chunks]).to(self.device)
-        x = self.embed[tokens]
-        bounds = _bounds(chunks)
+        x = self.embed[torch.cat([c.tokens for c in chunks]).to(self.device)]
+        pos = torch.cat([torch.arange(c.start, c.start + len(c.tokens)) for c in chunks])
+        pos = pos.to(self.device)
+        groups, last = _groups(chunks, self.device)
         counts = [0, 0]  # layers seen so far: [other, full]
         for layer, p in enumerate(self.layers):
             full = cfg.is_full(layer)
             index = counts[full]
             counts[full] += 1
             h = _rms(x) @ p["in"]
-            if cfg.variant == "swa" or full:
-                y = self._attention(h, chunks, bounds, cache, full, index)
-            else:
-                y = self._recurrent(h, p, chunks, bounds, cache, index)
+            y = torch.empty(h.shape[0], p["out"].shape[0], device=self.device)
+            for g in groups:
+                if cfg.variant == "swa" or full:
+                    y[g.rows] = self._attention(h[g.rows], pos[g.rows], g, cache, full, index)
+                else:
+                    y[g.rows] = self._recurrent(h[g.rows], p, g, cache, index)
             x = x + y @ p["out"]
             x = x + torch.nn.functional.gelu(_rms(x) @ p["up"]) @ p["down"]
-        last = torch.tensor([b - 1 for _, b in bounds], device=self.device)
         return _rms(x[last]) @ self.head
 
     def _attention(
-        self, h: torch.Tensor, chunks: list[Chunk], bounds: list[tuple[int, int]],
-        cache: Cache, full: bool, index: int,
+        self, h: torch.Tensor, pos: torch.Tensor, g: Group, cache: Cache, full: bool, index: int
     ) -> torch.Tensor:
         cfg = self.cfg
-        hd, nq, nkv = cfg.head_dim, cfg.q_heads, cfg.kv_heads
+        hd, nq, nkv, b = cfg.head_dim, cfg.q_heads, cfg.kv_heads, len(g.rids)
         q, k, v = h.split([nq * hd, nkv * hd, nkv * hd], dim=1)
-        pos = torch.cat([torch.arange(c.start, c.start + len(c.tokens)) for c in chunks])
-        pos = pos.to(self.device)
-        q = _rope(q.reshape(-1, nq, hd), pos)
-        k = _rope(k.reshape(-1, nkv, hd), pos)
-        v = v.reshape(-1, nkv, hd)
-        out = []
-        for c, (a, b) in zip(chunks, bounds):
-            lo = 0 if full else max(0, c.start - cfg.window + 1)
-            keys, vals = cache.attend_kv(full, index, c.rid, c.start, lo, k[a:b], v[a:b])
-            window = None if full else cfg.window
-            out.append(_attend(q[a:b], keys, vals, c.start, lo, window))
-        return torch.cat(out)
+        q = _rope(q.reshape(-1, nq, hd), pos).reshape(b, g.n, nq, hd)
+        k = _rope(k.reshape(-1, nkv, hd), pos).reshape(b, g.n, nkv, hd)
+        v = v.reshape(b, g.n, nkv, hd)
+        los = [0 if full else max(0, s - cfg.window + 1) for s in g.starts]
+        keys, vals = cache.attend_kv(full, index, g, los, k, v)
+        return _attend(q, keys, vals, g, los, None if full else cfg.window).reshape(b * g.n, -1)
 
     def _recurrent(
-        self, h: torch.Tensor, p: dict[str, torch.Tensor], chunks: list[Chunk],
-        bounds: list[tuple[int, int]], cache: Cache, index: int,
+        self, h: torch.Tensor, p: dict[str, torch.Tensor], g: Group, cache: Cache, index: int
     ) -> torch.Tensor:
         cfg = self.cfg
-        xc, decay, gate = h.split([cfg.conv_channels, cfg.ssm_heads, h.shape[1] - cfg.conv_channels - cfg.ssm_heads], 1)
-        out = []
-        for c, (a, b) in zip(chunks, bounds):
-            conv, temporal = cache.read_state(index, c.rid)
-            y, conv, temporal = _mixer(cfg, p["conv"], xc[a:b], decay[a:b], conv, temporal)
-            cache.write_state(index, c.rid, conv, temporal)
-            out.append(y * torch.sigmoid(gate[a:b]))
-        return torch.cat(out)
+        b, c, nh = len(g.rids), cfg.conv_channels, cfg.ssm_heads
+        xc, decay, gate = h.reshape(b, g.n, -1).split([c, nh, h.shape[1] - c - nh], dim=-1)
+        conv, temporal = cache.read_state(index, g.rids)
+        y, conv, temporal = _mixer(cfg, p["conv"], xc, decay, conv, temporal)
+        cache.write_state(index, g.rids, conv, temporal)
+        return (y * torch.sigmoid(gate)).reshape(b * g.n, -1)
 
 
-def _bounds(chunks: list[Chunk]) -> list[tuple[int, int]]:
-    out, a = [], 0
+def _groups(chunks: list[Chunk], device: torch.device) -> tuple[list[Group], torch.Tensor]:
+    """All decode tokens as one group, each prefill chunk as its own; and the row of each
+    chunk's last token."""
+    starts, a = [], 0
     for c in chunks:
-        out.append((a, a + len(c.tokens)))
+        starts.append(a)
         a += len(c.tokens)
-    return out
+    last = torch.tensor([s + len(c.tokens) - 1 for s, c in zip(starts, chunks)], device=device)
+    dec = [i for i, c in enumerate(chunks) if len(c.tokens) == 1]
+    groups = []
+    if dec:
+        rows = torch.tensor([starts[i] for i in dec], device=device)
+        groups.append(Group([chunks[i].rid for i in dec], [chunks[i].start for i in dec], 1, rows))
+    for i, c in enumerate(chunks):
+        if len(c.tokens) > 1:
+            rows = torch.arange(starts[i], starts[i] + len(c.tokens), device=device)
+            groups.append(Group([c.rid], [c.start], len(c.tokens), rows))
+    return groups, last
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
@@ -227,54 +252,59 @@ def _rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 
 
 def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, lo: int, window: int | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Group, los: list[int], window: int | None
 ) -> torch.Tensor:
-    """Causal (optionally sliding) attention of one request's chunk.
+    """Causal (optionally sliding) attention of a group.
 
     Args:
-        q: shape ``[n, q_heads, D]``, queries at positions ``[start, start + n)``.
-        k, v: shape ``[L, kv_heads, D]`` float32, keys at positions ``[lo, lo + L)``.
+        q: shape ``[B, n, q_heads, D]``, request b's queries at ``[start_b, start_b + n)``.
+        k, v: shape ``[B, L, kv_heads, D]`` float32, request b's keys at ``[lo_b, lo_b + L)``
+            (past ``start_b + n``: padding).
 
     Returns:
-        Tensor: shape ``[n, q_heads * D]``.
+        Tensor: shape ``[B, n, q_heads * D]``.
     """
-    n, nq, d = q.shape
-    rep = nq // k.shape[1]
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / d**0.5
-    qpos = torch.arange(start, start + n, device=q.device)[:, None]
-    kpos = torch.arange(lo, lo + k.shape[0], device=q.device)[None, :]
-    mask = kpos > qpos
+    b, n, nq, d = q.shape
+    rep = nq // k.shape[2]
+    k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) / d**0.5  # [B, H, n, L]
+    dev = q.device
+    qpos = torch.tensor(g.starts, device=dev)[:, None] + torch.arange(n, device=dev)  # [B, n]
+    kpos = torch.tensor(los, device=dev)[:, None] + torch.arange(k.shape[1], device=dev)
+    mask = kpos[:, None, :] > qpos[:, :, None]  # [B, n, L]; also hides the padding
     if window is not None:
-        mask |= kpos <= qpos - window
-    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
-    return torch.einsum("hqk,khd->qhd", probs, v).reshape(n, nq * d)
+        mask |= kpos[:, None, :] <= qpos[:, :, None] - window
+    probs = scores.masked_fill(mask[:, None], float("-inf")).softmax(-1)
+    return (probs @ v.transpose(1, 2)).transpose(1, 2).reshape(b, n, nq * d)
 
 
 def _mixer(
     cfg: ModelConfig, weight: torch.Tensor, xc: torch.Tensor, decay: torch.Tensor,
     conv: torch.Tensor, temporal: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One request's chunk through the conv and the linear recurrence.
+    """A group's chunks through the conv and the linear recurrence.
 
     Args:
         weight: shape ``[conv_width, C]`` depthwise conv taps.
-        xc: shape ``[n, C]`` conv inputs; ``decay``: shape ``[n, ssm_heads]`` decay logits.
-        conv: shape ``[conv_width - 1, C]`` previous inputs; ``temporal``: ``[H, D, D]``.
+        xc: shape ``[B, n, C]`` conv inputs; ``decay``: shape ``[B, n, ssm_heads]`` logits.
+        conv: shape ``[B, conv_width - 1, C]`` previous inputs; ``temporal``: ``[B, H, D, D]``.
 
     Returns:
-        (y ``[n, H * D]``, new conv state, new temporal state).
+        (y ``[B, n, H * D]``, new conv states, new temporal states).
     """
-    n, w = xc.shape[0], cfg.conv_width
-    seq = torch.cat([conv, xc])  # [w - 1 + n, C]
-    windows = seq.unfold(0, w, 1)  # [n, C, w]
-    u = torch.nn.functional.silu(torch.einsum("ncw,wc->nc", windows, weight))
+    b, n, w = xc.shape[0], xc.shape[1], cfg.conv_width
+    seq = torch.cat([conv, xc], dim=1)  # [B, w - 1 + n, C]
+    u = torch.nn.functional.silu((seq.unfold(1, w, 1) * weight.T).sum(-1))  # [B, n, C]
     H, D = cfg.ssm_heads, cfg.ssm_dim
-    q, k, v = u.reshape(n, 3, H, D).unbind(1)
+    q, k, v = u.reshape(b, n, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, n, D]
     k = torch.nn.functional.normalize(k, dim=-1)
-    a = torch.sigmoid(decay)
-    ys = []
-    for t in range(n):
-        temporal = a[t, :, None, None] * temporal + k[t, :, :, None] * v[t, :, None, :]
-        ys.append(torch.einsum("hd,hde->he", q[t], temporal))
-    return torch.stack(ys).reshape(n, H * D), seq[n:].clone(), temporal
+    # The recurrence S_t = a_t S_{t-1} + k_t v_t^T in closed form over the chunk (a_t in
+    # (0, 1)): with L = cumsum(log a), S_t = e^{L_t} S_0 + sum_{s<=t} e^{L_t - L_s} k_s v_s^T.
+    logs = torch.nn.functional.logsigmoid(decay).transpose(1, 2).cumsum(-1)  # [B, H, n]
+    rel = logs[..., :, None] - logs[..., None, :]
+    rel = rel.masked_fill(torch.ones(n, n, dtype=torch.bool, device=xc.device).triu(1), -torch.inf)
+    scores = (q @ k.transpose(-1, -2)) * rel.exp()  # [B, H, n, n]
+    y = (q * logs.exp()[..., None]) @ temporal + scores @ v  # [B, H, n, D]
+    tail = (logs[..., -1:] - logs).exp()[..., None]  # [B, H, n, 1]
+    temporal = logs[..., -1].exp()[..., None, None] * temporal + (k * tail).transpose(-1, -2) @ v
+    return y.transpose(1, 2).reshape(b, n, H * D), seq[:, n:].clone(), temporal

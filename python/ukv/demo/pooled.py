@@ -23,7 +23,9 @@ from typing import Any
 
 import torch
 
-from ukv.demo.model import Chunk, ModelConfig
+from torch.nn.utils.rnn import pad_sequence
+
+from ukv.demo.model import Chunk, Group, ModelConfig
 from ukv.hybrid import build_mamba_hybrid
 from ukv.pool import UnifiedKVPool
 from ukv.specs import MambaSpec, MHASpec
@@ -70,15 +72,26 @@ class _PooledCache:
         return alloc.translate_kv_loc(ids.to(alloc.v2p.device))
 
     def _store_and_gather(
-        self, name: str, layer: int, phys: torch.Tensor, start: int, lo: int,
+        self, name: str, layer: int, full: bool, group: Group, los: list[int],
         k: torch.Tensor, v: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = start + k.shape[0]
-        self.pool.set_kv(name, layer, phys[start:end], k, v)
+        """One ``set_kv`` for the group's new rows, one gather of its keys (padded with
+        the sink, then zeroed, as the reference pads)."""
+        n, phys = group.n, [self._phys[(full, r)] for r in group.rids]
+        new = torch.cat([p[s : s + n] for p, s in zip(phys, group.starts)])
+        self.pool.set_kv(name, layer, new, k.flatten(0, 1), v.flatten(0, 1))
+        spans = [p[lo : s + n] for p, s, lo in zip(phys, group.starts, los)]
+        at = pad_sequence(spans, batch_first=True)  # [B, L]; 0 (the sink) past each end
+        valid = torch.arange(at.shape[1], device=at.device) < torch.tensor(
+            [len(x) for x in spans], device=at.device
+        )[:, None]
         ks, vs = self.pool.kv_views(name)
-        at = phys[lo:end]
         pages, offs = at // self.page_size, at % self.page_size
-        return ks[layer][pages, offs].float(), vs[layer][pages, offs].float()
+        keep = valid[..., None, None]
+        return (
+            torch.where(keep, ks[layer][pages, offs].float(), 0.0),
+            torch.where(keep, vs[layer][pages, offs].float(), 0.0),
+        )
 
 
 class MambaPooledCache(_PooledCache):
@@ -147,21 +160,26 @@ class MambaPooledCache(_PooledCache):
         self.full.free(self._ids.pop(rid))
         self.slots.free(self._slot.pop(rid))
 
-    def attend_kv(self, full, index, rid, start, lo, k, v):  # type: ignore[no-untyped-def]
+    def attend_kv(self, full, index, group, los, k, v):  # type: ignore[no-untyped-def]
         """See :meth:`ukv.demo.model.Cache.attend_kv` (full layers only here)."""
         assert full, "the mamba variant has no sliding layers"
-        return self._store_and_gather("full", index, self._phys[(True, rid)], start, lo, k, v)
+        return self._store_and_gather("full", index, True, group, los, k, v)
 
-    def read_state(self, index: int, rid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _slots(self, rids: list[int]) -> torch.Tensor:
+        return torch.tensor([self._phys_slot[r] for r in rids], device=self.pool.device)
+
+    def read_state(self, index: int, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`ukv.demo.model.Cache.read_state`."""
         conv, temporal = self.pool.state_views("mamba")
-        s = self._phys_slot[rid]
-        return conv[0][index, s].float(), temporal[index, s].clone()
+        s = self._slots(rids)
+        return conv[0][index, s].float(), temporal[index, s]
 
-    def write_state(self, index: int, rid: int, conv: torch.Tensor, temporal: torch.Tensor) -> None:
+    def write_state(
+        self, index: int, rids: list[int], conv: torch.Tensor, temporal: torch.Tensor
+    ) -> None:
         """See :meth:`ukv.demo.model.Cache.write_state`."""
         views, tview = self.pool.state_views("mamba")
-        s = self._phys_slot[rid]
+        s = self._slots(rids)
         views[0][index, s] = conv.to(views[0].dtype)
         tview[index, s] = temporal
 
@@ -237,15 +255,17 @@ class SWAPooledCache(_PooledCache):
         ids = self._swa_ids.pop(rid)
         self.swa.free(ids[self._swa_freed.pop(rid) * self.page_size :])
 
-    def attend_kv(self, full, index, rid, start, lo, k, v):  # type: ignore[no-untyped-def]
+    def attend_kv(self, full, index, group, los, k, v):  # type: ignore[no-untyped-def]
         """See :meth:`ukv.demo.model.Cache.attend_kv`."""
         name = "full" if full else "swa"
-        return self._store_and_gather(name, index, self._phys[(full, rid)], start, lo, k, v)
+        return self._store_and_gather(name, index, full, group, los, k, v)
 
-    def read_state(self, index: int, rid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_state(self, index: int, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The SWA variant has no recurrent state."""
         raise AssertionError("the swa variant has no recurrent layers")
 
-    def write_state(self, index: int, rid: int, conv: torch.Tensor, temporal: torch.Tensor) -> None:
+    def write_state(
+        self, index: int, rids: list[int], conv: torch.Tensor, temporal: torch.Tensor
+    ) -> None:
         """The SWA variant has no recurrent state."""
         raise AssertionError("the swa variant has no recurrent layers")

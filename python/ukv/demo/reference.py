@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ukv.demo.model import ModelConfig
+from torch.nn.utils.rnn import pad_sequence
+
+from ukv.demo.model import Group, ModelConfig
 
 
 class ReferenceCache:
@@ -47,21 +49,30 @@ class ReferenceCache:
             del self._state[key]
 
     def attend_kv(
-        self, full: bool, index: int, rid: int, start: int, lo: int, k: torch.Tensor, v: torch.Tensor
+        self, full: bool, index: int, group: Group, los: list[int], k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`ukv.demo.model.Cache.attend_kv`."""
-        ks, vs = self._kv[(full, index, rid)]
-        assert ks.shape[0] == start, (rid, ks.shape[0], start)
-        ks = torch.cat([ks, k.to(self.dtype)])
-        vs = torch.cat([vs, v.to(self.dtype)])
-        self._kv[(full, index, rid)] = (ks, vs)
-        return ks[lo:].float(), vs[lo:].float()
+        keys, vals = [], []
+        for b, (rid, start, lo) in enumerate(zip(group.rids, group.starts, los)):
+            ks, vs = self._kv[(full, index, rid)]
+            assert ks.shape[0] == start, (rid, ks.shape[0], start)
+            ks = torch.cat([ks, k[b].to(self.dtype)])
+            vs = torch.cat([vs, v[b].to(self.dtype)])
+            self._kv[(full, index, rid)] = (ks, vs)
+            keys.append(ks[lo:].float())
+            vals.append(vs[lo:].float())
+        return pad_sequence(keys, batch_first=True), pad_sequence(vals, batch_first=True)
 
-    def read_state(self, index: int, rid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_state(self, index: int, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`ukv.demo.model.Cache.read_state`."""
-        conv, temporal = self._state[(index, rid)]
-        return conv.float(), temporal.clone()
+        states = [self._state[(index, r)] for r in rids]
+        conv = torch.stack([c for c, _ in states]).float()
+        return conv, torch.stack([t for _, t in states])
 
-    def write_state(self, index: int, rid: int, conv: torch.Tensor, temporal: torch.Tensor) -> None:
+    def write_state(
+        self, index: int, rids: list[int], conv: torch.Tensor, temporal: torch.Tensor
+    ) -> None:
         """See :meth:`ukv.demo.model.Cache.write_state`."""
-        self._state[(index, rid)] = (conv.to(self.dtype), temporal.clone())
+        conv = conv.to(self.dtype)
+        for b, r in enumerate(rids):
+            self._state[(index, r)] = (conv[b].clone(), temporal[b].clone())
