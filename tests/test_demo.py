@@ -46,7 +46,7 @@ def test_outputs_match_reference_through_many_relocations(variant: str, lazy: bo
     assert r.max_logit_diff == 0.0
     assert all(len(q.outputs) == q.max_new for q in r.pooled.requests)
     moved = _moved(r)
-    # Every side relocated pages many times (measured: 40 to 480 per side at this size).
+    # Every side relocated pages many times (measured at this size: 75 to 480 per side).
     assert min(moved.values()) >= 30, moved
     assert r.pooled.schedule.peak_running > 1
 
@@ -84,7 +84,9 @@ def _skip_one_move(monkeypatch: pytest.MonkeyPatch, sub_pool: int, after: int) -
 
 @pytest.mark.parametrize("variant", ["mamba", "swa"])
 @pytest.mark.parametrize("side", [0, 1], ids=["full-side", "other-side"])
-def test_one_skipped_move_is_caught(monkeypatch: pytest.MonkeyPatch, variant: str, side: int) -> None:
+def test_one_skipped_move_is_caught(
+    monkeypatch: pytest.MonkeyPatch, variant: str, side: int
+) -> None:
     skipped = _skip_one_move(monkeypatch, side, after=10)
     r = run_variant(variant, lazy=False, device="cpu", demo=SMALL)
     assert skipped, "the sabotage never found a move to skip"
@@ -96,7 +98,11 @@ def test_cli_reports_identical_outputs(tmp_path: Path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     out = subprocess.run(
         [sys.executable, "-m", "ukv", "demo", "--requests", "40", "--png", str(png)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr + out.stdout
     assert "outputs identical to reference: yes" in out.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ukv.demo import report
+from ukv.demo.model import Variant
 from ukv.demo.run import DemoConfig, run_variant
 
 MIB = 1 << 20
@@ -21,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--variant", choices=("mamba", "swa", "both"), default="both")
     p.add_argument(
-        "--compaction", choices=("default", "eager", "lazy"), default="default",
+        "--compaction",
+        choices=("default", "eager", "lazy"),
+        default="default",
         help="default: the Mamba hybrid eager, the SWA hybrid lazy (flush every step)",
     )
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
@@ -29,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-mib", type=float, default=d.total_bytes / MIB, help="pool size (MiB)")
     p.add_argument("--page-size", type=int, default=d.page_size)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--png", default="ukv-demo-arena.png", help="where to write the picture ('' for none)")
+    p.add_argument(
+        "--png", default="ukv-demo-arena.png", help="where to write the picture ('' for none)"
+    )
     p.add_argument("--synthetic", action="store_true", help="the older byte-pattern demo instead")
 
 
@@ -45,10 +50,12 @@ def run(args: argparse.Namespace) -> int:
         # ~5x slower with 2 threads on a busy 2-core machine).
         torch.set_num_threads(1)
     demo = DemoConfig(
-        num_requests=args.requests, total_bytes=int(args.pool_mib * MIB),
-        page_size=args.page_size, seed=args.seed,
+        num_requests=args.requests,
+        total_bytes=int(args.pool_mib * MIB),
+        page_size=args.page_size,
+        seed=args.seed,
     )
-    variants = ("mamba", "swa") if args.variant == "both" else (args.variant,)
+    variants: tuple[Variant, ...] = ("mamba", "swa") if args.variant == "both" else (args.variant,)
     t0 = time.perf_counter()
     results = []
     for v in variants:

@@ -279,8 +279,12 @@ def _attend(
 
 
 def _mixer(
-    cfg: ModelConfig, weight: torch.Tensor, xc: torch.Tensor, decay: torch.Tensor,
-    conv: torch.Tensor, temporal: torch.Tensor,
+    cfg: ModelConfig,
+    weight: torch.Tensor,
+    xc: torch.Tensor,
+    decay: torch.Tensor,
+    conv: torch.Tensor,
+    temporal: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A group's chunks through the conv and the linear recurrence.
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
 from torch.nn.utils.rnn import pad_sequence
 
 from ukv.demo.model import Chunk, Group, ModelConfig
@@ -53,7 +52,9 @@ class _PooledCache:
             raise RuntimeError(f"pool out of room for {what}: {self.pool.stats()}")
         return res
 
-    def _extend(self, alloc: Any, ids: dict[int, torch.Tensor], batch: list[tuple[int, int]]) -> None:
+    def _extend(
+        self, alloc: Any, ids: dict[int, torch.Tensor], batch: list[tuple[int, int]]
+    ) -> None:
         """Allocate each request's next ``n`` tokens in one ``alloc_extend`` call."""
         pre = torch.tensor([len(ids[r]) for r, _ in batch], dtype=torch.int64)
         seq = pre + torch.tensor([n for _, n in batch], dtype=torch.int64)
@@ -72,8 +73,14 @@ class _PooledCache:
         return alloc.translate_kv_loc(ids.to(alloc.v2p.device))
 
     def _store_and_gather(
-        self, name: str, layer: int, full: bool, group: Group, los: list[int],
-        k: torch.Tensor, v: torch.Tensor,
+        self,
+        name: str,
+        layer: int,
+        full: bool,
+        group: Group,
+        los: list[int],
+        k: torch.Tensor,
+        v: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One ``set_kv`` for the group's new rows, one gather of its keys (padded with
         the sink, then zeroed, as the reference pads)."""
@@ -82,9 +89,10 @@ class _PooledCache:
         self.pool.set_kv(name, layer, new, k.flatten(0, 1), v.flatten(0, 1))
         spans = [p[lo : s + n] for p, s, lo in zip(phys, group.starts, los)]
         at = pad_sequence(spans, batch_first=True)  # [B, L]; 0 (the sink) past each end
-        valid = torch.arange(at.shape[1], device=at.device) < torch.tensor(
-            [len(x) for x in spans], device=at.device
-        )[:, None]
+        valid = (
+            torch.arange(at.shape[1], device=at.device)
+            < torch.tensor([len(x) for x in spans], device=at.device)[:, None]
+        )
         ks, vs = self.pool.kv_views(name)
         pages, offs = at // self.page_size, at % self.page_size
         keep = valid[..., None, None]
@@ -108,8 +116,15 @@ class MambaPooledCache(_PooledCache):
     """
 
     def __init__(
-        self, cfg: ModelConfig, *, total_bytes: int, max_context_len: int, dtype: torch.dtype,
-        page_size: int, device: torch.device | str, lazy: bool,
+        self,
+        cfg: ModelConfig,
+        *,
+        total_bytes: int,
+        max_context_len: int,
+        dtype: torch.dtype,
+        page_size: int,
+        device: torch.device | str,
+        lazy: bool,
     ) -> None:
         super().__init__(cfg, dtype, page_size)
         full = MHASpec("full", cfg.num_full, cfg.kv_heads, cfg.head_dim, dtype, grow="up")
@@ -123,8 +138,13 @@ class MambaPooledCache(_PooledCache):
             grow="down",
         )
         hp = build_mamba_hybrid(
-            full, mamba, total_bytes=total_bytes, max_context_len=max_context_len,
-            page_size=page_size, device=device, lazy=lazy,
+            full,
+            mamba,
+            total_bytes=total_bytes,
+            max_context_len=max_context_len,
+            page_size=page_size,
+            device=device,
+            lazy=lazy,
         )
         self.pool, self.full = hp.pool, hp.allocator
         self.slots = hp.allocator.mamba_slots
@@ -134,7 +154,9 @@ class MambaPooledCache(_PooledCache):
     def request_bytes(self, num_tokens: int) -> tuple[int, int]:
         """(full-side, state-side) bytes one request of ``num_tokens`` tokens can reach."""
         pages = -(-num_tokens // self.page_size)
-        return pages * self.pool.spec("full").page_bytes(self.page_size), self.pool.spec("mamba").entry_bytes
+        return pages * self.pool.spec("full").page_bytes(self.page_size), self.pool.spec(
+            "mamba"
+        ).entry_bytes
 
     def admit(self, rid: int) -> None:
         """Give request ``rid`` a state slot (zeroed: a reused slot holds old bytes)."""
@@ -191,8 +213,15 @@ class SWAPooledCache(_PooledCache):
     """
 
     def __init__(
-        self, cfg: ModelConfig, *, total_bytes: int, max_context_len: int, dtype: torch.dtype,
-        page_size: int, device: torch.device | str, lazy: bool,
+        self,
+        cfg: ModelConfig,
+        *,
+        total_bytes: int,
+        max_context_len: int,
+        dtype: torch.dtype,
+        page_size: int,
+        device: torch.device | str,
+        lazy: bool,
     ) -> None:
         super().__init__(cfg, dtype, page_size)
         del max_context_len  # the plain pool has no boot check; the scheduler sizes requests

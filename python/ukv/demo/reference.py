@@ -8,7 +8,6 @@ exactly the same floats with either.
 from __future__ import annotations
 
 import torch
-
 from torch.nn.utils.rnn import pad_sequence
 
 from ukv.demo.model import Group, ModelConfig
@@ -43,10 +42,10 @@ class ReferenceCache:
 
     def release(self, rid: int) -> None:
         """Drop everything request ``rid`` holds."""
-        for key in [k for k in self._kv if k[2] == rid]:
-            del self._kv[key]
-        for key in [k for k in self._state if k[1] == rid]:
-            del self._state[key]
+        for kv in [k for k in self._kv if k[2] == rid]:
+            del self._kv[kv]
+        for st in [k for k in self._state if k[1] == rid]:
+            del self._state[st]
 
     def attend_kv(
         self, full: bool, index: int, group: Group, los: list[int], k: torch.Tensor, v: torch.Tensor

@@ -25,10 +25,12 @@ def describe(r: VariantResult) -> list[str]:
     run = r.pooled
     other = "recurrent" if r.variant == "mamba" else "sliding-window"
     moved = ", ".join(f"{s.name} {s.pages_moved}" for s in st.sub_pools)
-    static = (
-        "cannot serve this trace" if r.static_peak is None else f"{r.static_peak} requests"
+    static = "cannot serve this trace" if r.static_peak is None else f"{r.static_peak} requests"
+    how = (
+        "bit for bit"
+        if r.identical and r.max_logit_diff == 0
+        else f"max |Δ| {r.max_logit_diff:.2e}"
     )
-    how = "bit for bit" if r.identical and r.max_logit_diff == 0 else f"max |Δ| {r.max_logit_diff:.2e}"
     return [
         f"{r.variant}-hybrid: 2 full-attention + 2 {other} layers, {_dtype(r)} cache, "
         f"{'lazy' if r.lazy else 'eager'} compaction, {pool.total_bytes / MIB:.1f} MiB pool on {pool.device}",

@@ -9,7 +9,15 @@ import torch
 from ukv.demo.model import HybridModel, ModelConfig, Variant
 from ukv.demo.pooled import MambaPooledCache, SWAPooledCache
 from ukv.demo.reference import ReferenceCache
-from ukv.demo.serve import Budget, PooledRun, Request, make_trace, run_pooled, run_reference, schedule
+from ukv.demo.serve import (
+    Budget,
+    PooledRun,
+    Request,
+    make_trace,
+    run_pooled,
+    run_reference,
+    schedule,
+)
 
 #: Logit tolerance when the cache dtype is bf16 (the two sides store the same bf16 bytes
 #: and run the same math, so on one device the logits agree exactly; the tolerance only
@@ -47,7 +55,11 @@ class VariantResult:
 
 
 def run_variant(
-    variant: Variant, *, lazy: bool, device: torch.device | str, dtype: torch.dtype = torch.float32,
+    variant: Variant,
+    *,
+    lazy: bool,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
     demo: DemoConfig = DemoConfig(),
 ) -> VariantResult:
     """Serve the trace through a ukv pool, replay it on the reference, compare.
@@ -64,8 +76,13 @@ def run_variant(
     trace = make_trace(demo.num_requests, cfg.vocab, demo.seed)
     cls = MambaPooledCache if variant == "mamba" else SWAPooledCache
     cache = cls(
-        cfg, total_bytes=demo.total_bytes, max_context_len=max(r.num_tokens for r in trace),
-        dtype=dtype, page_size=demo.page_size, device=device, lazy=lazy,
+        cfg,
+        total_bytes=demo.total_bytes,
+        max_context_len=max(r.num_tokens for r in trace),
+        dtype=dtype,
+        page_size=demo.page_size,
+        device=device,
+        lazy=lazy,
     )
     if isinstance(cache, SWAPooledCache):
         cache.set_chunk(demo.chunk)
@@ -77,10 +94,14 @@ def run_variant(
     split = _static_split(trace, cache.request_bytes, usable)
     try:
         fresh = [r.fresh() for r in trace]
-        static_peak: int | None = schedule(fresh, Budget(*split), cache.request_bytes, **sched).peak_running
+        static_peak: int | None = schedule(
+            fresh, Budget(*split), cache.request_bytes, **sched
+        ).peak_running
     except ValueError:  # a request larger than its side of the split: it cannot serve the trace
         static_peak = None
-    return VariantResult(variant, lazy, dtype, pooled, ref, identical, diff, static_peak, split, cache)
+    return VariantResult(
+        variant, lazy, dtype, pooled, ref, identical, diff, static_peak, split, cache
+    )
 
 
 def compare(pooled: list[Request], ref: list[Request], *, exact: bool) -> tuple[bool, float]:
@@ -91,7 +112,11 @@ def compare(pooled: list[Request], ref: list[Request], *, exact: bool) -> tuple[
         same &= a.outputs == b.outputs and len(a.logits) == len(b.logits)
         for x, y in zip(a.logits, b.logits):
             worst = max(worst, float((x - y).abs().max()))
-            same &= bool(torch.equal(x, y)) if exact else bool(torch.allclose(x, y, rtol=0, atol=BF16_LOGIT_ATOL))
+            same &= (
+                bool(torch.equal(x, y))
+                if exact
+                else bool(torch.allclose(x, y, rtol=0, atol=BF16_LOGIT_ATOL))
+            )
     return bool(same), worst
 
 

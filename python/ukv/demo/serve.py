@@ -121,8 +121,14 @@ class ScheduleResult:
 
 
 def schedule(
-    trace: list[Request], budget: Budget, cost: Any, *, max_running: int, chunk: int,
-    prefill_budget: int, on_step: Any = None,
+    trace: list[Request],
+    budget: Budget,
+    cost: Any,
+    *,
+    max_running: int,
+    chunk: int,
+    prefill_budget: int,
+    on_step: Any = None,
 ) -> ScheduleResult:
     """Run the continuous-batching loop over ``trace``.
 
@@ -149,7 +155,9 @@ def schedule(
         while pending and pending[0].arrival <= step:
             waiting.append(pending.pop(0))
         admitted = []
-        while waiting and len(running) < max_running and budget.try_take(cost(waiting[0].num_tokens)):
+        while (
+            waiting and len(running) < max_running and budget.try_take(cost(waiting[0].num_tokens))
+        ):
             running.append(waiting.pop(0))
             admitted.append(running[-1].rid)
         if waiting and not running:
@@ -258,7 +266,9 @@ def run_pooled(
     return PooledRun(reqs, res, time.perf_counter() - t0, tokens, snaps)
 
 
-def run_reference(model: HybridModel, cache: Any, trace: list[Request], steps: ScheduleResult) -> list[Request]:
+def run_reference(
+    model: HybridModel, cache: Any, trace: list[Request], steps: ScheduleResult
+) -> list[Request]:
     """Replay the pooled run's batches with the reference cache; each request chooses its
     own tokens from its own logits."""
     reqs = [r.fresh() for r in trace]

@@ -160,6 +160,10 @@ def defaults(args: argparse.Namespace) -> argparse.Namespace:
     """This demo's settings from ``python -m ukv demo``'s options: a 24 MiB pool and 300
     operations per phase; device, page size, seed and lazy compaction as given."""
     return argparse.Namespace(
-        device=args.device, total_mib=24, page_size=args.page_size, steps=300,
-        lazy=args.compaction == "lazy", seed=args.seed,
+        device=args.device,
+        total_mib=24,
+        page_size=args.page_size,
+        steps=300,
+        lazy=args.compaction == "lazy",
+        seed=args.seed,
     )
