@@ -51,6 +51,22 @@ def test_outputs_match_reference_through_many_relocations(variant: str, lazy: bo
     assert r.pooled.schedule.peak_running > 1
 
 
+@pytest.mark.parametrize("variant", ["mamba", "swa"])
+def test_outputs_match_reference_on_the_kernel_path(
+    monkeypatch: pytest.MonkeyPatch, variant: str
+) -> None:
+    """A few requests with the Triton kernels (in the interpreter on CPU): the packed
+    executor's moves, the store and translate kernels, as a CUDA pool runs them."""
+    if os.environ.get("UKV_TEST_DEVICE", "cpu") != "cpu":
+        pytest.skip("Triton was imported without its interpreter; the gpu tests cover this")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    demo = DemoConfig(num_requests=12, total_bytes=1 << 19, max_running=8)
+    r = run_variant(variant, lazy=variant == "swa", device="cpu", demo=demo)
+    assert type(r.cache.pool._exec).__name__ == "PackedExecutor"
+    assert r.identical, f"max logit difference {r.max_logit_diff}"
+    assert min(_moved(r).values()) >= 10, _moved(r)
+
+
 def test_bf16_cache_matches_reference() -> None:
     demo = DemoConfig(num_requests=40, total_bytes=1 << 19)
     r = run_variant("mamba", lazy=False, device="cpu", dtype=torch.bfloat16, demo=demo)
