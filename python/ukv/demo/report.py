@@ -36,7 +36,8 @@ def describe(r: VariantResult) -> list[str]:
         f"{'lazy' if r.lazy else 'eager'} compaction, {pool.total_bytes / MIB:.1f} MiB pool on {pool.device}",
         f"  requests served     {len(run.requests)} ({run.tokens} tokens in "
         f"{len(run.schedule.steps)} steps, {run.seconds:.1f} s: {run.tokens / run.seconds:.0f} tokens/s)",
-        f"  compactions         {st.compactions} ({st.bytes_moved / MIB:.1f} MiB moved; pages moved: {moved})",
+        f"  compactions         {st.compactions} ({st.bytes_moved / MIB:.1f} MiB moved; pages moved: "
+        f"{moved}; {max(s.flushes for s in st.sub_pools)} flushes)",
         f"  peak concurrency    {run.schedule.peak_running} requests "
         f"(static split of the same bytes at the trace's mean ratio: {static})",
         f"  identical to reference: {'yes' if r.identical else 'NO'} "
