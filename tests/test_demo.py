@@ -22,6 +22,8 @@ from ukv.execution.base import PLAN_MOVES
 from ukv.execution.host import HostExecutor
 
 SMALL = DemoConfig(num_requests=80, total_bytes=1 << 20)
+#: Enough for tens of moves on each side before and after the skipped one.
+SABOTAGE = DemoConfig(num_requests=40, total_bytes=1 << 19)
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +106,7 @@ def test_one_skipped_move_is_caught(
     monkeypatch: pytest.MonkeyPatch, variant: str, side: int
 ) -> None:
     skipped = _skip_one_move(monkeypatch, side, after=10)
-    r = run_variant(variant, lazy=False, device="cpu", demo=SMALL)
+    r = run_variant(variant, lazy=False, device="cpu", demo=SABOTAGE)
     assert skipped, "the sabotage never found a move to skip"
     assert not r.identical
 
