@@ -1,4 +1,4 @@
-"""The built-in demo: a small hybrid model's KV and Mamba state in one ukv pool.
+"""The older synthetic demo (``python -m ukv demo --synthetic``): bytes, no model.
 
 It serves two phases of synthetic traffic through one byte buffer: first many short chat
 requests (state-heavy: each holds one Mamba slot and a few hundred KV tokens), then a few
@@ -156,11 +156,14 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The demo's command-line options (all have built-in defaults)."""
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--total-mib", type=int, default=24, help="pool size in MiB (default 24)")
-    p.add_argument("--page-size", type=int, default=16, help="KV page size in tokens (default 16)")
-    p.add_argument("--steps", type=int, default=300, help="operations per phase (default 300)")
-    p.add_argument("--lazy", action="store_true", help="lazy compaction instead of eager")
-    p.add_argument("--seed", type=int, default=0)
+def defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """This demo's settings from ``python -m ukv demo``'s options: a 24 MiB pool and 300
+    operations per phase; device, page size, seed and lazy compaction as given."""
+    return argparse.Namespace(
+        device=args.device,
+        total_mib=24,
+        page_size=args.page_size,
+        steps=300,
+        lazy=args.compaction == "lazy",
+        seed=args.seed,
+    )
