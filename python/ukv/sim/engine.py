@@ -263,9 +263,11 @@ class _State:
             # and ratio × the output, as SGLang's PrefillAdder does.
             want = int(self.target[r]) + int(self.ratio * float(self.output[r] - self.generated[r]))
             if not backend.fits(1, reserve + want) or not backend.admit(r):
+                self._reject_if_alone(r, now)
                 return
             if self._chunk(backend, r, first) == 0:
                 backend.release(np.array([r]), np.zeros(1, np.int64))
+                self._reject_if_alone(r, now)
                 return
             self.queue.pop(0)
             self.run.append(r)
@@ -280,6 +282,11 @@ class _State:
         self.rejected[r] = True
         self.finished_at[r] = np.nan
         self.done += 1
+
+    def _reject_if_alone(self, r: int, now: float) -> None:
+        """With nothing running, a head that cannot start never will: reject it."""
+        if not self.run:
+            self._reject(r, now)
 
     def _chunk(self, backend: Backend, r: int, n: int) -> int:
         """Prefill ``n`` tokens of ``r``; 0 when they do not fit."""
