@@ -41,6 +41,13 @@ def pages(tokens: np.ndarray | int, page: int) -> Any:
     return -(-tokens // page)
 
 
+def _window(shape: ModelShape) -> int:
+    """The sliding window of an SWA model, in tokens."""
+    window = shape._swa().window
+    assert window is not None, f"{shape.name}: an SWA model without a window"
+    return int(window)
+
+
 def swa_pages(tokens: np.ndarray, page: int, window: int) -> np.ndarray:
     """SWA pages a request of ``tokens`` holds between steps (the window plus one page)."""
     return np.minimum(pages(tokens, page), pages(window, page) + 1)
@@ -114,7 +121,7 @@ class SplitBackend(Backend):
             self.other_unit = shape.state_bytes_per_request()
         else:
             self.other_unit = shape.swa_bytes_per_token() * page_size
-            self.window = shape._swa().window
+            self.window = _window(shape)
         self.other_cap = int(total_bytes * share) // self.other_unit
         self.full_cap = (self.total_bytes - self.other_cap * self.other_unit) // self.full_page
         self.full_used = 0
@@ -210,7 +217,7 @@ class PaddedBackend(Backend):
             self.full_groups, self.other_groups = 1, 0
         else:
             full, swa = shape.full, shape._swa()
-            self.window = swa.window
+            self.window = _window(shape)
             g = min(full.num_layers, swa.num_layers)
             per_layer = max(kv // full.num_layers, shape.swa_bytes_per_token() // swa.num_layers)
             self.B = VLLM_ALIGN
@@ -230,7 +237,7 @@ class PaddedBackend(Backend):
         self.states += 1
         return True
 
-    def _blocks(self, held: np.ndarray) -> np.ndarray:
+    def _blocks(self, held: Any) -> np.ndarray:
         full = self.full_groups * pages(held, self.B)
         if self.kind == "mamba":
             return full
@@ -325,7 +332,7 @@ class UnifiedBackend(Backend):
                 self.total_bytes, list(shape.specs()), page_size=page_size, device="meta"
             )
             self.full, self.other = self.pool.allocator("full"), self.pool.allocator("swa")
-            self.window = shape._swa().window
+            self.window = _window(shape)
             self.other_unit = shape.swa_bytes_per_token() * page_size
         self.full_page = shape.kv_bytes_per_token() * page_size
         self._floor = self.pool.stats().reserved_floor_bytes
