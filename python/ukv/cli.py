@@ -78,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ukv`` console script (``plan``, ``simulate``)."""
     parser = argparse.ArgumentParser(prog="ukv", description=__doc__.split("\n")[0])
     add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run parsed ``plan`` / ``simulate`` arguments (for a parser built with
+    :func:`add_subcommands`, e.g. ``python -m ukv``'s); a ukv error prints and returns 2."""
     try:
         return int(args.func(args))
     except UkvError as e:
