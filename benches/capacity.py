@@ -1,0 +1,145 @@
+"""Capacity suite: every preset × (chat, long, phase) on the unified pool and the baselines.
+
+    PYTHONPATH=python python3 benches/capacity.py --memory 40GiB --out benches/results
+
+writes ``capacity.json`` (every summary, the oracle sweeps, the goals), ``capacity.md``
+(the tables, the goals met or not, the command, machine and versions) and the PNGs named
+by ``--plots`` (``model:trace`` pairs). ``--jobs`` runs models in parallel processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ukv import models
+from ukv.cli import parse_bytes, summary_json
+from ukv.sim import baselines, plot, traces
+
+TRACES = {"chat": 2000, "long": 300, "phase": 2000}
+"""Requests per trace (all overload every preset at 40 GiB; see ukv.sim.traces)."""
+DEFAULT_PLOTS = ("Qwen3-Next-80B-A3B:phase", "Nemotron-Nano-9B-v2:chat")
+
+
+def run_model(
+    name: str, memory: str, tp: int, page: int, seed: int, out: str, plots: tuple
+) -> list:
+    """All traces of one model; returns their JSON summaries (and writes asked-for PNGs)."""
+    shape = models.load(name)
+    shape = shape.sharded(tp) if tp != 1 else shape
+    total = parse_bytes(memory)
+    rows = []
+    for tname, n in TRACES.items():
+        trace = traces.make(tname, n, seed)
+        t0 = time.perf_counter()
+        cmp = baselines.compare(shape, total, trace, page_size=page)
+        args = argparse.Namespace(tp=tp, page_size=page, seed=seed)
+        row = summary_json(shape, total, args, trace, cmp)
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        if f"{name}:{tname}" in plots:
+            png = Path(out) / f"capacity-{name}-{tname}.png"
+            plot.save(cmp, png, f"{name} tp={tp}, {memory} per rank, trace {tname} ({n} requests)")
+        print(f"{name:<22} {tname:<6} done in {row['wall_s']:.0f} s", file=sys.stderr)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--memory", default="40GiB")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="benches/results")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--models", nargs="*", default=list(models.preset_names()))
+    p.add_argument("--plots", nargs="*", default=list(DEFAULT_PLOTS))
+    a = p.parse_args()
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(a.jobs) as ex:
+        futs = [ex.submit(run_model, m, a.memory, a.tp, a.page_size, a.seed, a.out, tuple(a.plots))
+                for m in a.models]  # fmt: skip
+        rows = [r for f in futs for r in f.result()]
+    goal = baselines.goals(rows)
+    meta = _meta(a, time.perf_counter() - t0)
+    Path(a.out, "capacity.json").write_text(
+        json.dumps({"meta": meta, "goals": goal, "runs": rows}, indent=1)
+    )
+    Path(a.out, "capacity.md").write_text(_markdown(meta, goal, rows))
+    print(_markdown(meta, goal, rows))
+    return 0
+
+
+def _meta(a: argparse.Namespace, wall: float) -> dict:
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "command": "PYTHONPATH=python python3 " + " ".join(sys.argv),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {platform.processor() or platform.system()}, {a.jobs} jobs",
+        "versions": f"ukv {rev.stdout.strip()}, python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {torch.__version__}",
+        "memory": a.memory,
+        "tp": a.tp,
+        "page_size": a.page_size,
+        "traces": TRACES,
+        "seed": a.seed,
+        "wall_s": round(wall, 1),
+    }
+
+
+def _markdown(meta: dict, goal: dict, rows: list) -> str:
+    lines = [
+        "# Capacity: unified pool vs static splits vs padded single page",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date_utc']} UTC; machine: {meta['machine']}; {meta['versions']}; "
+        f"wall {meta['wall_s']} s.  ",
+        f"Setup: {meta['memory']} of KV cache per rank, tp={meta['tp']}, page size "
+        f"{meta['page_size']}, traces {meta['traces']} requests, seed {meta['seed']}. "
+        'Simulated on `device="meta"` (the real allocator, no bytes); the rules are in '
+        "docs/SIMULATOR.md.",
+        "",
+        "Served = output tokens per simulated second over the whole trace. Ratio columns are "
+        "unified ÷ that layout.",
+        "",
+        "## Goals",
+        "",
+        "| goal | met | worst ratio (where) | geometric mean |",
+        "|---|---|---|---|",
+    ]
+    for g, v in goal.items():
+        lines.append(f"| {g} | {'met' if v['met'] else 'NOT met'} | {v['worst_ratio']:.2f} "
+                     f"({v['worst_at']}) | {v['geomean_ratio']:.2f} |")  # fmt: skip
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| model | trace | unified tok/s | ÷ sglang-default | ÷ oracle (share) | ÷ padded | "
+        "peak req (uni / oracle / padded) | retractions uni | moved/freed uni |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        L, q = r["layouts"], r["ratios"]
+        lines.append(
+            f"| {r['model']} | {r['trace']} | {L['unified']['served_tok_s']:,.0f} | "
+            f"{q['sglang-default']:.2f} | {q['oracle-static']:.2f} ({L['oracle-static']['share']:.3f}) | "
+            f"{q['padded']:.2f} | {L['unified']['peak_running']} / {L['oracle-static']['peak_running']} / "
+            f"{L['padded']['peak_running']} | {L['unified']['retractions']} | "
+            f"{L['unified']['moved_per_freed']:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,445 @@
+"""Memory backends the serving loop runs against: the real ukv pool, and the baselines.
+
+Every backend answers the same four questions for a request ``r`` holding ``h`` tokens on
+the full-attention side: take its state (``admit``), grow it from ``old`` to ``new`` tokens
+(``grow``, all or nothing, for a whole batch), give everything back (``release``), and
+would ``k`` more states plus ``n`` more tokens fit (``fits``, the admission check).
+
+* :class:`UnifiedBackend` is the real :class:`ukv.UnifiedKVPool` on ``device="meta"``:
+  the allocator runs, compaction moves are planned and counted, no bytes exist.
+* :class:`SplitBackend` is a static split, two fixed budgets of the same total bytes,
+  counted with integer arithmetic (what SGLang does with ``mamba_full_memory_ratio`` /
+  ``swa_full_tokens_ratio``; the rules are in docs/SIMULATOR.md).
+* :class:`PaddedBackend` is vLLM's single page size: one pool of equal blocks, the
+  attention block padded to the state page.
+
+Sliding-window side (SWA models), all backends alike: new tokens are written to both
+sides, so growing ``old → new`` takes ``pages(new) − pages(old)`` pages on each side
+first (the whole prefill chunk); then the SWA pages wholly before the window are
+released, leaving ``min(pages(new), ceil(window / P) + 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ukv.models import ModelShape
+
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+"""SGLang's default ``mamba_full_memory_ratio``: state bytes / full-attention bytes."""
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
+"""SGLang's default ``swa_full_tokens_ratio``: SWA tokens / full-attention tokens."""
+VLLM_ALIGN = 16
+"""vLLM's attention block alignment in tokens (BENCHMARKS.md)."""
+
+
+def pages(tokens: np.ndarray | int, page: int) -> Any:
+    """``ceil(tokens / page)`` for ints or int64 arrays."""
+    return -(-tokens // page)
+
+
+def _window(shape: ModelShape) -> int:
+    """The sliding window of an SWA model, in tokens."""
+    window = shape._swa().window
+    assert window is not None, f"{shape.name}: an SWA model without a window"
+    return int(window)
+
+
+def swa_pages(tokens: np.ndarray, page: int, window: int) -> np.ndarray:
+    """SWA pages a request of ``tokens`` holds between steps (the window plus one page)."""
+    return np.minimum(pages(tokens, page), pages(window, page) + 1)
+
+
+class Backend:
+    """What the serving loop needs from a memory layout (see the module docstring).
+
+    Attributes:
+        name: Label in tables and plots.
+        total_bytes: Bytes it manages.
+        bytes_freed: Bytes released so far (for moved-per-freed).
+    """
+
+    name: str
+    total_bytes: int
+    bytes_freed: int = 0
+
+    def admit(self, r: int) -> bool:
+        """Take request ``r``'s state (or nothing); False when it does not fit."""
+        raise NotImplementedError
+
+    def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        """Grow each ``rids[i]`` from ``old[i]`` to ``new[i]`` full tokens, all or none."""
+        raise NotImplementedError
+
+    def release(self, rids: np.ndarray, held: np.ndarray) -> None:
+        """Give back everything of these requests (state included)."""
+        raise NotImplementedError
+
+    def fits(self, states: int, tokens: int) -> bool:
+        """Whether ``states`` more states and ``tokens`` more full tokens fit now."""
+        raise NotImplementedError
+
+    def fits_alone(self, tokens: int) -> bool:
+        """Whether one request of ``tokens`` tokens (and its state) fits the empty layout;
+        engines reject a request that does not."""
+        raise NotImplementedError
+
+    def usage(self) -> tuple[int, int]:
+        """Bytes in use: ``(full-attention side, state or SWA side)``."""
+        raise NotImplementedError
+
+    def bytes_moved(self) -> int:
+        """Bytes compaction moved so far (0 for layouts that never move)."""
+        return 0
+
+
+# ----- static budgets ---------------------------------------------------------------------
+
+
+class SplitBackend(Backend):
+    """A static split: ``share`` of the bytes to the state (or SWA) side, the rest to full
+    attention, each side a fixed count of pages (slots for Mamba).
+
+    Args:
+        shape: The model (one rank).
+        total_bytes: Bytes of both sides together.
+        share: Fraction of bytes given to the state / SWA side, in ``(0, 1)``.
+        page_size: Tokens per KV page.
+        name: Label.
+    """
+
+    def __init__(
+        self, shape: ModelShape, total_bytes: int, share: float, page_size: int, name: str
+    ) -> None:
+        self.name, self.total_bytes, self.share, self.P = name, int(total_bytes), share, page_size
+        self.kind = shape.kind
+        self.full_page = shape.kv_bytes_per_token() * page_size
+        if self.kind == "mamba":
+            self.other_unit = shape.state_bytes_per_request()
+        else:
+            self.other_unit = shape.swa_bytes_per_token() * page_size
+            self.window = _window(shape)
+        self.other_cap = int(total_bytes * share) // self.other_unit
+        self.full_cap = (self.total_bytes - self.other_cap * self.other_unit) // self.full_page
+        self.full_used = 0
+        self.other_used = 0
+
+    def admit(self, r: int) -> bool:
+        if self.kind != "mamba":
+            return True
+        if self.other_used + 1 > self.other_cap:
+            return False
+        self.other_used += 1
+        return True
+
+    def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        dfull = int((pages(new, self.P) - pages(old, self.P)).sum())
+        if self.full_used + dfull > self.full_cap:
+            return False
+        if self.kind == "swa":
+            peak = swa_pages(old, self.P, self.window) + pages(new, self.P) - pages(old, self.P)
+            held = swa_pages(old, self.P, self.window)
+            if self.other_used + int((peak - held).sum()) > self.other_cap:
+                return False
+            after = swa_pages(new, self.P, self.window)
+            self.other_used += int((after - held).sum())
+            self.bytes_freed += int((peak - after).sum()) * self.other_unit
+        self.full_used += dfull
+        return True
+
+    def release(self, rids: np.ndarray, held: np.ndarray) -> None:
+        full = int(pages(held, self.P).sum())
+        other = (
+            int(rids.size)
+            if self.kind == "mamba"
+            else int(swa_pages(held, self.P, self.window).sum())
+        )
+        self.full_used -= full
+        self.other_used -= other
+        self.bytes_freed += full * self.full_page + other * self.other_unit
+
+    def fits(self, states: int, tokens: int) -> bool:
+        ok = self.full_used + pages(tokens, self.P) <= self.full_cap
+        if self.kind == "mamba":
+            return ok and self.other_used + states <= self.other_cap
+        win = states * (pages(self.window, self.P) + 1)
+        return ok and self.other_used + win <= self.other_cap
+
+    def fits_alone(self, tokens: int) -> bool:
+        other = 1 if self.kind == "mamba" else pages(self.window, self.P) + 1
+        return pages(tokens, self.P) <= self.full_cap and other <= self.other_cap
+
+    def usage(self) -> tuple[int, int]:
+        return self.full_used * self.full_page, self.other_used * self.other_unit
+
+
+def sglang_default_share(shape: ModelShape) -> float:
+    """The state / SWA byte share SGLang's default ratios give.
+
+    Mamba: ``mamba_full_memory_ratio`` r is state bytes over full bytes, so the state
+    share is ``r / (1 + r)``. SWA: ``swa_full_tokens_ratio`` r is SWA tokens over full
+    tokens, so the SWA share of bytes is ``r·swa / (kv + r·swa)`` (bytes per token).
+    """
+    if shape.kind == "mamba":
+        r = SGLANG_MAMBA_FULL_MEMORY_RATIO
+        return r / (1 + r)
+    r = SGLANG_SWA_FULL_TOKENS_RATIO
+    swa, kv = shape.swa_bytes_per_token(), shape.kv_bytes_per_token()
+    return r * swa / (kv + r * swa)
+
+
+class PaddedBackend(Backend):
+    """vLLM's one page size: one pool of equal blocks (BENCHMARKS.md).
+
+    Mamba models: the attention block is ``B = 16·ceil(state / (16·kv_per_token))``
+    tokens, a block is ``B·kv_per_token`` bytes (the state padded up to it), and a request
+    holds one block for its state plus ``ceil(tokens / B)``. SWA models: layers are cut
+    into groups of ``g = min(full layers, SWA layers)`` (the last padded), a block is 16
+    tokens of one group; a request holds ``ceil(tokens / 16)`` blocks per full group and
+    the window's blocks per SWA group.
+
+    Args:
+        shape: The model (one rank).
+        total_bytes: Bytes of the pool.
+        name: Label.
+    """
+
+    def __init__(self, shape: ModelShape, total_bytes: int, name: str = "padded") -> None:
+        self.name, self.total_bytes, self.kind = name, int(total_bytes), shape.kind
+        kv = shape.kv_bytes_per_token()
+        if self.kind == "mamba":
+            state = shape.state_bytes_per_request()
+            self.B = VLLM_ALIGN * math.ceil(state / (VLLM_ALIGN * kv))
+            self.block = self.B * kv
+            self.full_groups, self.other_groups = 1, 0
+        else:
+            full, swa = shape.full, shape._swa()
+            self.window = _window(shape)
+            g = min(full.num_layers, swa.num_layers)
+            per_layer = max(kv // full.num_layers, shape.swa_bytes_per_token() // swa.num_layers)
+            self.B = VLLM_ALIGN
+            self.block = self.B * g * per_layer
+            self.full_groups = math.ceil(full.num_layers / g)
+            self.other_groups = math.ceil(swa.num_layers / g)
+        self.cap = self.total_bytes // self.block
+        self.used = 0
+        self.states = 0
+
+    def admit(self, r: int) -> bool:
+        if self.kind != "mamba":
+            return True
+        if self.used + 1 > self.cap:
+            return False
+        self.used += 1
+        self.states += 1
+        return True
+
+    def _blocks(self, held: Any) -> np.ndarray:
+        full = self.full_groups * pages(held, self.B)
+        if self.kind == "mamba":
+            return full
+        return full + self.other_groups * swa_pages(held, self.B, self.window)
+
+    def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        before = self._blocks(old)
+        peak = self.full_groups * pages(new, self.B)
+        if self.kind == "swa":
+            sw_old = swa_pages(old, self.B, self.window)
+            peak = peak + self.other_groups * (sw_old + pages(new, self.B) - pages(old, self.B))
+        if self.used + int((peak - before).sum()) > self.cap:
+            return False
+        after = self._blocks(new)
+        self.used += int((after - before).sum())
+        self.bytes_freed += int((peak - after).sum()) * self.block
+        return True
+
+    def release(self, rids: np.ndarray, held: np.ndarray) -> None:
+        n = int(self._blocks(held).sum()) + (int(rids.size) if self.kind == "mamba" else 0)
+        self.used -= n
+        self.states -= int(rids.size) if self.kind == "mamba" else 0
+        self.bytes_freed += n * self.block
+
+    def fits(self, states: int, tokens: int) -> bool:
+        need = self.full_groups * pages(tokens, self.B)
+        if self.kind == "mamba":
+            need += states
+        else:
+            need += self.other_groups * states * (pages(self.window, self.B) + 1)
+        return self.used + need <= self.cap
+
+    def fits_alone(self, tokens: int) -> bool:
+        return int(self._blocks(np.int64(tokens))) + (self.kind == "mamba") <= self.cap
+
+    def usage(self) -> tuple[int, int]:
+        other = self.states * self.block if self.kind == "mamba" else 0
+        return self.used * self.block - other, other
+
+
+# ----- the real pool ------------------------------------------------------------------------
+
+
+class UnifiedBackend(Backend):
+    """The real ukv pool on ``device="meta"``: one byte range, the full side growing up and
+    the state / SWA side growing down, eager compaction planned and counted.
+
+    Mamba models use :func:`ukv.build_mamba_hybrid` (its token surface and
+    ``mamba_slots``). SWA models use a plain two-owner pool (a ``full`` and a ``swa``
+    :class:`~ukv.allocator.SubPoolAllocator`, each request holding its own SWA pages),
+    the stand-in until the bound SWA composite's core bindings land.
+
+    Per request it keeps one id per page (a free of any token frees its page), as numpy.
+
+    Args:
+        shape: The model (one rank).
+        total_bytes: Pool bytes.
+        page_size: Tokens per KV page.
+        max_context_len: Longest request (the factory's boot check).
+        name: Label.
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        total_bytes: int,
+        page_size: int,
+        max_context_len: int,
+        name: str = "unified",
+    ) -> None:
+        import ukv
+
+        self.name, self.total_bytes, self.kind, self.P = (
+            name,
+            int(total_bytes),
+            shape.kind,
+            page_size,
+        )
+        if self.kind == "mamba":
+            hp = ukv.build_mamba_hybrid(
+                model=shape,
+                total_bytes=self.total_bytes,
+                max_context_len=max_context_len,
+                page_size=page_size,
+                device="meta",
+            )
+            self.pool, self.full = hp.pool, hp.allocator
+            self.other = hp.allocator.mamba_slots
+            self.other_unit = shape.state_bytes_per_request()
+        else:
+            self.pool = ukv.UnifiedKVPool(
+                self.total_bytes, list(shape.specs()), page_size=page_size, device="meta"
+            )
+            self.full, self.other = self.pool.allocator("full"), self.pool.allocator("swa")
+            self.window = _window(shape)
+            self.other_unit = shape.swa_bytes_per_token() * page_size
+        self.full_page = shape.kv_bytes_per_token() * page_size
+        self._floor = self.pool.stats().reserved_floor_bytes
+        self.pages: dict[int, list[np.ndarray]] = {}
+        self.swa: dict[int, np.ndarray] = {}
+        self.slot: dict[int, np.ndarray] = {}
+        self._full_live = 0
+        self._other_live = 0
+
+    def admit(self, r: int) -> bool:
+        self.pages[r] = []
+        if self.kind != "mamba":
+            self.swa[r] = np.empty(0, dtype=np.int64)
+            return True
+        got = self.other.alloc(1, host=True)
+        if got is None:
+            del self.pages[r]
+            return False
+        self.slot[r] = got.numpy()
+        self._other_live += 1
+        return True
+
+    def _alloc_pages(self, alloc: Any, k: int) -> np.ndarray | None:
+        if k == 0:
+            return np.empty(0, dtype=np.int64)
+        got = alloc.alloc(k * self.P, host=True)
+        return None if got is None else got.numpy()[:: self.P].copy()
+
+    def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        need = pages(new, self.P) - pages(old, self.P)
+        k = int(need.sum())
+        ids = self._alloc_pages(self.full, k)
+        if ids is None:
+            return False
+        sw = None
+        if self.kind == "swa":
+            sw = self._alloc_pages(self.other, k)
+            if sw is None:
+                if k:
+                    self.full.free(ids)
+                return False
+        idx = np.flatnonzero(need)
+        for r, part in zip(rids[idx].tolist(), _parts(ids, need, idx)):
+            self.pages[r].append(part)
+        self._full_live += k
+        if sw is not None:
+            self._slide(rids, new, need, idx, sw)
+        return True
+
+    def _slide(
+        self, rids: np.ndarray, new: np.ndarray, need: np.ndarray, idx: np.ndarray, sw: np.ndarray
+    ) -> None:
+        """Bind the new SWA pages, then free those wholly before each window."""
+        keep = swa_pages(new, self.P, self.window)
+        drop = []
+        for i, part in zip(idx.tolist(), _parts(sw, need, idx)):
+            r = int(rids[i])
+            held = np.concatenate([self.swa[r], part])
+            excess = held.size - int(keep[i])
+            if excess > 0:
+                drop.append(held[:excess])
+                held = held[excess:]
+            self.swa[r] = held
+        self._other_live += int(sw.size)
+        if drop:
+            ids = np.concatenate(drop)
+            self.other.free(ids)
+            self._other_live -= int(ids.size)
+            self.bytes_freed += int(ids.size) * self.other_unit
+
+    def release(self, rids: np.ndarray, held: np.ndarray) -> None:
+        full, other = [], []
+        for r in rids.tolist():
+            full.extend(self.pages.pop(r))
+            other.append(self.slot.pop(r) if self.kind == "mamba" else self.swa.pop(r))
+        if full:
+            ids = np.concatenate(full)
+            self.full.free(ids)
+            self._full_live -= int(ids.size)
+            self.bytes_freed += int(ids.size) * self.full_page
+        if other:
+            ids = np.concatenate(other)
+            if ids.size:
+                self.other.free(ids)
+            self._other_live -= int(ids.size)
+            self.bytes_freed += int(ids.size) * self.other_unit
+
+    def fits(self, states: int, tokens: int) -> bool:
+        # The two sides share one gap: charge the states in full-side pages.
+        other = states if self.kind == "mamba" else states * (pages(self.window, self.P) + 1)
+        if self.kind == "mamba" and states > self.other.available_size():
+            return False
+        charge = pages(other * self.other_unit, self.full_page) * self.P
+        return tokens + charge <= self.full.available_size()
+
+    def fits_alone(self, tokens: int) -> bool:
+        other = self.other_unit * (1 if self.kind == "mamba" else pages(self.window, self.P) + 1)
+        need = pages(tokens, self.P) * self.full_page + other + self._floor
+        return need <= self.total_bytes
+
+    def usage(self) -> tuple[int, int]:
+        return self._full_live * self.full_page, self._other_live * self.other_unit
+
+    def bytes_moved(self) -> int:
+        return int(self.pool.stats().bytes_moved)
+
+
+def _parts(ids: np.ndarray, need: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    """Split ``ids`` (one per page) into the runs ``need[idx]`` asked for."""
+    return np.split(ids, np.cumsum(need[idx])[:-1]) if idx.size else []
