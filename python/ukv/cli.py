@@ -74,10 +74,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-size", type=int, default=16, help="tokens per page (default 16)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ukv`` console script (``plan``, ``simulate``)."""
-    parser = argparse.ArgumentParser(prog="ukv", description=__doc__.split("\n")[0])
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
+def main(argv: list[str] | None = None, prog: str = "ukv") -> int:
+    """Entry point of the ``ukv`` console script and of ``python -m ukv``: ``demo``,
+    ``plan`` and ``simulate``."""
+    from ukv.demo import cli as demo_cli
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description="ukv: the hybrid KV-cache pool's demo and capacity planning"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", help="serve a small hybrid model through ukv and check it against a reference"
+    )
+    demo_cli.add_arguments(demo)
+    demo.set_defaults(func=demo_cli.run)
+    add_subcommands(sub)
     return run(parser.parse_args(argv))
 
 

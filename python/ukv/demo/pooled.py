@@ -10,10 +10,9 @@ bytes under their virtual ids.
 
 - :class:`MambaPooledCache`: full attention + recurrent state, one
   :func:`ukv.build_mamba_hybrid` pool (``MambaHybridAllocator`` and its ``mamba_slots``).
-- :class:`SWAPooledCache`: full + sliding-window attention on a plain two-owner pool:
-  each side allocates the same tokens under its own ids, and the SWA side frees the pages
-  that left the window. (The ``SWAHybridAllocator`` composite shares one id space; this
-  demo uses two independent sub-pools until its core bindings land.)
+- :class:`SWAPooledCache`: full + sliding-window attention, one :func:`ukv.build_swa_hybrid`
+  pool (``SWAHybridAllocator``: one virtual id per token for both sides; the SWA side of
+  pages that left the window released with ``free_swa``).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ukv.demo.model import Chunk, Group, ModelConfig
-from ukv.hybrid import build_mamba_hybrid
+from ukv.hybrid import build_mamba_hybrid, build_swa_hybrid
 from ukv.pool import UnifiedKVPool
 from ukv.specs import MambaSpec, MHASpec
 
@@ -207,7 +206,9 @@ class MambaPooledCache(_PooledCache):
 
 
 class SWAPooledCache(_PooledCache):
-    """Full and sliding-window K/V as two independent sub-pools of one ukv pool.
+    """Full and sliding-window K/V in one :func:`ukv.build_swa_hybrid` pool: one virtual
+    id per token for both sides (``SWAHybridAllocator``), the SWA side released with
+    ``free_swa`` as tokens leave the window.
 
     Args: as :class:`MambaPooledCache` (``cfg.variant == "swa"``).
     """
@@ -224,14 +225,18 @@ class SWAPooledCache(_PooledCache):
         lazy: bool,
     ) -> None:
         super().__init__(cfg, dtype, page_size)
-        del max_context_len  # the plain pool has no boot check; the scheduler sizes requests
-        full = MHASpec("full", cfg.num_full, cfg.kv_heads, cfg.head_dim, dtype, grow="up")
-        swa = MHASpec("swa", cfg.num_other, cfg.kv_heads, cfg.head_dim, dtype, grow="down")
-        self.pool = UnifiedKVPool(
-            total_bytes, [full, swa], page_size=page_size, device=device, lazy=lazy
+        hybrid = build_swa_hybrid(
+            full=MHASpec("full", cfg.num_full, cfg.kv_heads, cfg.head_dim, dtype, grow="up"),
+            swa=MHASpec("swa", cfg.num_other, cfg.kv_heads, cfg.head_dim, dtype, grow="down"),
+            window=cfg.window,
+            total_bytes=total_bytes,
+            max_context_len=max_context_len,
+            page_size=page_size,
+            device=device,
+            lazy=lazy,
         )
-        self.full, self.swa = self.pool.allocator("full"), self.pool.allocator("swa")
-        self._swa_ids: dict[int, torch.Tensor] = {}
+        self.pool = hybrid.pool
+        self.alloc = self.full = hybrid.allocator
         self._swa_freed: dict[int, int] = {}  # rid -> SWA pages already released
 
     def request_bytes(self, num_tokens: int) -> tuple[int, int]:
@@ -255,34 +260,33 @@ class SWAPooledCache(_PooledCache):
     def admit(self, rid: int) -> None:
         """Start request ``rid`` with no tokens."""
         self._ids[rid] = torch.empty(0, dtype=torch.int64)
-        self._swa_ids[rid] = torch.empty(0, dtype=torch.int64)
         self._swa_freed[rid] = 0
 
     def prepare(self, batch: list[tuple[int, int]]) -> None:
-        """Allocate the step's tokens on both sides, then translate every id in use."""
-        self._extend(self.full, self._ids, batch)
-        self._extend(self.swa, self._swa_ids, batch)
+        """Allocate the step's tokens (both sides in one call), then translate every id in
+        use on both sides (SWA ids whose side is released map to the sink, never read)."""
+        self._extend(self.alloc, self._ids, batch)
         for r, _ in batch:
-            self._phys[(True, r)] = self._translate(self.full, self._ids[r])
-            self._phys[(False, r)] = self._translate(self.swa, self._swa_ids[r])
+            ids = self._ids[r].to(self.alloc.v2p.device)
+            self._phys[(True, r)] = self.alloc.translate_kv_loc(ids)
+            self._phys[(False, r)] = self.alloc.translate_loc_from_full_to_swa(ids).long()
 
     def after_step(self, chunks: list[Chunk]) -> None:
-        """Release the SWA pages no later query can see: every key before the next
-        query's window start ``len - window + 1``."""
+        """Release the SWA side of the pages no later query can see: every key before the
+        next query's window start ``len - window + 1``."""
         ps = self.page_size
         for c in chunks:
             first_live = c.start + len(c.tokens) - self.cfg.window + 1
             dead = max(0, first_live) // ps
             done = self._swa_freed[c.rid]
             if dead > done:
-                self.swa.free(self._swa_ids[c.rid][done * ps : dead * ps])
+                self.alloc.free_swa(self._ids[c.rid][done * ps : dead * ps])
                 self._swa_freed[c.rid] = dead
 
     def release(self, rid: int) -> None:
-        """Free the request's tokens on both sides."""
-        self.full.free(self._ids.pop(rid))
-        ids = self._swa_ids.pop(rid)
-        self.swa.free(ids[self._swa_freed.pop(rid) * self.page_size :])
+        """Free the request's tokens (the full side and what is left of the SWA side)."""
+        self.alloc.free(self._ids.pop(rid))
+        del self._swa_freed[rid]
 
     def attend_kv(self, full, index, group, los, k, v):  # type: ignore[no-untyped-def]
         """See :meth:`ukv.demo.model.Cache.attend_kv`."""
