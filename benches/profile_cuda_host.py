@@ -2,7 +2,8 @@
 
 The step bench (``bench_step_launches.py``) gives host µs per call; this script says which
 Python and torch calls that time is spent in, for an alloc+free pair, a relocating free,
-a translate and one layer's ``set_kv`` on a CUDA pool. cProfile inflates Python-heavy
+a translate and one layer's ``set_kv`` on a CUDA pool (pairs with host ids and with device
+ids, whose frees are deferred until their copy to the host lands). cProfile inflates Python-heavy
 paths, so read the shares, not the absolute figures.
 
 Usage: ``python benches/profile_cuda_host.py --out profile.txt`` (prints "needs CUDA" and
@@ -43,7 +44,10 @@ def main() -> int:
         full.free(x[ps:])
 
     cases = {
-        "alloc+free pair": lambda: full.free(full.alloc(ps)),
+        "alloc+free pair, host ids": lambda: full.free(full.alloc(ps, host=True)),
+        "alloc+free pair, device ids (free deferred until they land)": lambda: full.free(
+            full.alloc(ps)
+        ),
         "alloc 2 pages + relocating free + free": reloc,
         "translate (out=)": lambda: full.translate_kv_loc(ids, out=out),
         "set_kv, one layer": lambda: pool.set_kv("full", 0, phys, k, k),

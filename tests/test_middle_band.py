@@ -8,17 +8,14 @@ import torch
 
 import ukv
 
-CPU = "cpu"
-
-
 def _spec(name: str, layers: int, grow: str) -> ukv.MHASpec:
     return ukv.MHASpec(name, layers, 2, 4, torch.float16, grow=grow)
 
 
-def _three_band_pool(lazy: bool) -> ukv.UnifiedKVPool:
+def _three_band_pool(lazy: bool, device: str) -> ukv.UnifiedKVPool:
     """Up 64 B entries, middle 96 B, down 32 B; 6400 bytes."""
     specs = [_spec("kv", 2, "up"), _spec("swa", 3, "middle"), _spec("state", 1, "down")]
-    return ukv.UnifiedKVPool(6400, specs, device=CPU, lazy=lazy)
+    return ukv.UnifiedKVPool(6400, specs, device=device, lazy=lazy)
 
 
 def _stamp(pool: ukv.UnifiedKVPool, ids: torch.Tensor) -> None:
@@ -42,9 +39,9 @@ def test_grow_middle_is_a_valid_direction() -> None:
     assert spec.grow == "middle"
 
 
-def test_three_band_pool_moves_the_middle_band_and_keeps_its_bytes() -> None:
+def test_three_band_pool_moves_the_middle_band_and_keeps_its_bytes(device: str) -> None:
     for lazy in (False, True):
-        pool = _three_band_pool(lazy)
+        pool = _three_band_pool(lazy, device)
         assert "grow=middle" in pool.summary()
         mid = pool.allocator("swa")
         ids = mid.alloc(6)
@@ -88,7 +85,7 @@ def _check_any(pool: ukv.UnifiedKVPool, name: str, ids: torch.Tensor) -> None:
     assert torch.equal(got, ids.to(torch.float32)), (name, got, ids)
 
 
-def test_middle_band_listed_first_keeps_every_sides_bytes() -> None:
+def test_middle_band_listed_first_keeps_every_sides_bytes(device: str) -> None:
     """Sub-pool indices need not follow band order: with the middle band at index 0, a
     plan whose end band flushes and whose middle band slides into the vacated bytes must
     still copy the end band's sources first (the core's ``move_order``)."""
@@ -96,7 +93,7 @@ def test_middle_band_listed_first_keeps_every_sides_bytes() -> None:
 
     for lazy in (False, True):
         specs = [_spec("swa", 3, "middle"), _spec("kv", 2, "up"), _spec("state", 1, "down")]
-        pool = ukv.UnifiedKVPool(6400, specs, device=CPU, lazy=lazy)
+        pool = ukv.UnifiedKVPool(6400, specs, device=device, lazy=lazy)
         rng = np.random.default_rng(7 + lazy)
         live: dict[str, list[torch.Tensor]] = {"swa": [], "kv": [], "state": []}
         for _ in range(150):
