@@ -54,6 +54,7 @@ def test_swa_alloc_binds_both_sides(device: str) -> None:
     full_v2p, swa_v2p = pool.allocator("full").v2p.cpu(), pool.allocator("swa").v2p.cpu()
     assert (full_v2p[ids.cpu()] >= 0).all() and (swa_v2p[ids.cpu()] >= 0).all()
     a.free(ids)
+    pool.sync_frees()  # on CUDA a free of device ids lands asynchronously
     assert (pool.allocator("full").v2p.cpu()[ids.cpu()] == -1).all()
     assert (pool.allocator("swa").v2p.cpu()[ids.cpu()] == -1).all()
     pool.check_invariants()
@@ -63,11 +64,13 @@ def test_free_swa_keeps_the_virtual_id_alive(device: str) -> None:
     pool, a = _swa(device)
     v = a.alloc(3)
     a.free_swa(v[1:2])
+    pool.sync_frees()  # on CUDA a free of device ids lands asynchronously
     assert a.is_slot_allocated(int(v[1]))
     assert int(pool.allocator("swa").v2p.cpu()[int(v[1])]) == -1
     assert int(a.translate_loc_from_full_to_swa(_ids_to(pool, v[1:2]))[0]) == 0, "sink"
     a.free_swa(v[1:2])  # already released: skipped, not an error
     a.free(v)
+    pool.sync_frees()
     assert not a.is_slot_allocated(int(v[1]))
     pool.check_invariants()
 
@@ -79,6 +82,7 @@ def test_free_swa_compacts_only_the_swa_side(device: str) -> None:
     full_before = int(a.translate_kv_loc(c)[0])
     swa_before = int(a.translate_loc_from_full_to_swa(c)[0])
     a.free_swa(ids[1])
+    pool.sync_frees()  # on CUDA a free of device ids lands asynchronously
     assert int(a.translate_kv_loc(c)[0]) == full_before
     assert int(a.translate_loc_from_full_to_swa(c)[0]) != swa_before
     pool.check_invariants()
@@ -176,6 +180,7 @@ def test_swa_randomized_trace_keeps_bytes(device: str) -> None:
                 assert (sk[0][a.translate_loc_from_full_to_swa(d).long(), 0] == stamp).all()
     for ids, _, _ in live:
         a.free(ids)
+    pool.sync_frees()  # on CUDA frees of device ids land asynchronously
     assert pool.allocator("full").allocated_count() == 0
     assert pool.allocator("swa").allocated_count() == 0
     assert pool.stats().pages_moved > 0

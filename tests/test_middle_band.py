@@ -4,9 +4,11 @@ bytes of the middle band survive the slides an end band's growth forces on it.""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 import ukv
+
 
 def _spec(name: str, layers: int, grow: str) -> ukv.MHASpec:
     return ukv.MHASpec(name, layers, 2, 4, torch.float16, grow=grow)
@@ -89,7 +91,6 @@ def test_middle_band_listed_first_keeps_every_sides_bytes(device: str) -> None:
     """Sub-pool indices need not follow band order: with the middle band at index 0, a
     plan whose end band flushes and whose middle band slides into the vacated bytes must
     still copy the end band's sources first (the core's ``move_order``)."""
-    import numpy as np
 
     for lazy in (False, True):
         specs = [_spec("swa", 3, "middle"), _spec("kv", 2, "up"), _spec("state", 1, "down")]
