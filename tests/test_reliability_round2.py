@@ -70,3 +70,55 @@ def test_state_copy_round_trips(device: str) -> None:
     assert all(c.shape[0] == 3 for c in copy) and (copy[-1] == 5.0).all()
     pool.load_cpu_copy("mamba", [c * 0 for c in copy], slots)
     assert (temporal[:, ma.translate_kv_loc(slots.to(ma.v2p.device))] == 0).all()
+
+
+WRITES = {
+    "item assignment": lambda t: t.__setitem__(1, 5),
+    "slice assignment": lambda t: t[1:3].__setitem__(slice(None), 5),
+    "fill_": lambda t: t.fill_(0),
+    "copy_": lambda t: t.copy_(t.clone()),
+    "+=": lambda t: t.__iadd__(1),
+    "index_put_": lambda t: t.index_put_((torch.tensor([1], device=t.device),), t[:1].clone()),
+    "out=": lambda t: torch.add(t.clone(), 1, out=t),
+    "view then zero_": lambda t: t.view(torch.int32).zero_(),
+}
+
+
+@pytest.mark.parametrize("what", list(WRITES))
+@pytest.mark.parametrize("table", ["v2p", "p2v"])
+def test_tables_handed_out_are_read_only(device: str, table: str, what: str) -> None:
+    """On a CPU pool v2p/p2v are the core's own memory (a write corrupted the core); on
+    CUDA they are what every kernel translates through. Every write path raises, names the
+    table, and leaves it and the pool as they were."""
+    pool = _pool(device)
+    alloc = pool.allocator("full")
+    ids = alloc.alloc(6)
+    assert ids is not None
+    t = getattr(alloc, table)
+    before = t.clone()
+    with pytest.raises(ukv.ArgumentError, match=f"{table} of sub-pool 'full' is read-only"):
+        WRITES[what](t)
+    assert torch.equal(getattr(alloc, table), before)
+    pool.check_invariants()
+    alloc.free(ids)
+    pool.sync_frees()
+    pool.check_invariants()
+
+
+def test_read_only_tables_still_read_like_tensors(device: str) -> None:
+    pool = _pool(device)
+    alloc = pool.allocator("full")
+    ids = alloc.alloc(4)
+    assert ids is not None
+    v2p = alloc.v2p
+    pages = v2p[ids.to(v2p.device) // 2]  # a gather makes new memory: a plain tensor
+    pages[0] = -7  # writable, and the table is untouched
+    assert type(pages) is torch.Tensor and int(v2p[int(ids[0]) // 2]) != -7
+    assert torch.equal(
+        alloc.translate_kv_loc(ids.to(v2p.device)) // 2, v2p[ids.to(v2p.device) // 2]
+    )
+    assert v2p.clone().add_(1).dtype == torch.int64  # a copy is the caller's to change
+    arr = alloc.p2v.cpu().numpy()
+    if device == "cpu":
+        with pytest.raises(ValueError):
+            arr[0] = 1  # numpy() of the core's memory is not writable

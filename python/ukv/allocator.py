@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ukv import _convert
+from ukv._readonly import read_only
 from ukv.errors import ArgumentError
 from ukv.execution.deferred import Deferred
 from ukv.execution.fastpath import TranslateLauncher
@@ -54,6 +55,8 @@ class SubPoolAllocator:
         self._tables = pool._tables[index]
         self._lock = pool._lock
         self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
+        self._v2p_ro = read_only(self._tables.v2p, f"v2p of sub-pool {self.name!r}")
+        self._p2v_ro = read_only(self._tables.p2v, f"p2v of sub-pool {self.name!r}")
         self._bind_core()
 
     # ----- tables ---------------------------------------------------------------------
@@ -63,14 +66,18 @@ class SubPoolAllocator:
         """Virtual → physical page table, shape ``[num_virtual_pages + 1]``, int64.
 
         Row 0 is the padding anchor (0), the last row a -1 sentinel, unbound rows -1. Its
-        address is fixed for the pool's lifetime; read it, never write it.
+        address is fixed for the pool's lifetime. Read-only: the pool maintains it, so an
+        in-place op, ``out=`` or item assignment on it (or on a view of it) raises
+        :class:`~ukv.errors.ArgumentError`, and ``numpy()`` gives a non-writable array
+        (on a CPU pool this is the core's own memory).
         """
-        return self._tables.v2p
+        return self._v2p_ro
 
     @property
     def p2v(self) -> torch.Tensor:
-        """Physical → virtual page table, shape ``[num_pages + 1]``, int64 (see ``v2p``)."""
-        return self._tables.p2v
+        """Physical → virtual page table, shape ``[num_pages + 1]``, int64; read-only like
+        ``v2p``."""
+        return self._p2v_ro
 
     @property
     def watermark(self) -> int:
@@ -301,13 +308,16 @@ class SubPoolAllocator:
         """
         self._free_with(self._core_free, free_index)
 
-    def _free_with(self, core_free: Callable[[np.ndarray], None], free_index: object) -> None:
-        """Free through ``core_free`` now (host ids) or once device ids have landed."""
+    def _free_with(
+        self, core_free: Callable[[np.ndarray], None], free_index: object, name: str = "free_index"
+    ) -> None:
+        """Free through ``core_free`` now (host ids) or once device ids have landed;
+        ``name`` is the argument errors name."""
         pool = self._pool
         if pool._ring is not None and type(free_index) is torch.Tensor and free_index.is_cuda:
             pool._free_device_ids(self._index, free_index, core_free)
             return
-        ids = _convert.host_ids("free_index", free_index)
+        ids = _convert.host_ids(name, free_index)
         if ids.size == 0:
             return
         with self._lock:

@@ -102,7 +102,7 @@ class MambaSlots:
         """Virtual slot ids → physical slots on the tables' device, int64; −1 (padding,
         "no state") stays −1 and so does any id that names no live slot."""
         self._pool._check_usable()
-        v2p = self._alloc.v2p
+        v2p = self._alloc._tables.v2p
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
             raise ArgumentError(f"bad argument ids: {ids!r} must be an int32/int64 tensor")
         # Row -1 of v2p is its sentinel (-1): clamping sends padding and ids past the

@@ -17,6 +17,7 @@ import torch
 
 from ukv import _convert
 from ukv.errors import ArgumentError, InvalidIdError
+from ukv.pool import _not_live
 
 
 class RequestTable:
@@ -86,7 +87,8 @@ class RequestTable:
 
         Raises:
             ArgumentError: the row would pass ``max_context_len``, or bad ids.
-            InvalidIdError: ``r`` is not a live request.
+            InvalidIdError: ``r`` is not a live request, or an id that is not a live
+                token of the allocator (checked on the host tables, no device read).
         """
         r = self._check(r)
         arr = _convert.host_ids("ids", ids)
@@ -98,6 +100,7 @@ class RequestTable:
             )
         if n == 0:
             return
+        self._check_live_tokens(arr)
         self._host[r, start : start + n] = torch.from_numpy(arr.astype(np.int32, copy=False))
         self._lens[r] = start + n
         self.req_to_token[r, start : start + n].copy_(
@@ -111,16 +114,31 @@ class RequestTable:
 
     def last_loc(self, rs: list[int] | np.ndarray) -> torch.Tensor:
         """Each request's last virtual token from the host mirror (−1 when empty), int64 on
-        the CPU: what ``alloc_extend`` / ``alloc_decode`` take as a host ``last_loc``."""
-        rows = np.asarray(rs, dtype=np.int64)
+        the CPU: what ``alloc_extend`` / ``alloc_decode`` take as a host ``last_loc``.
+
+        Raises:
+            InvalidIdError: a request slot that is not live.
+        """
+        rows = np.array([self._check(r) for r in np.asarray(rs).reshape(-1).tolist()], np.int64)
         lens = self._lens[rows]
         host = self._host.numpy()
         out = np.where(lens > 0, host[rows, np.maximum(lens - 1, 0)], -1)
         return torch.from_numpy(out.astype(np.int64))
 
     def set_state(self, r: int, slot: int) -> None:
-        """Record request ``r``'s virtual state slot (−1: none)."""
+        """Record request ``r``'s virtual state slot (−1: none).
+
+        Raises:
+            ArgumentError: ``slot`` is not an int.
+            InvalidIdError: ``r`` is not a live request, or ``slot`` is not a live state
+                slot of the allocator's ``mamba_slots``.
+        """
         r = self._check(r)
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)):
+            raise ArgumentError(f"bad argument slot = {slot!r}: must be an int state slot")
+        slots = getattr(self.allocator, "mamba_slots", None)
+        if int(slot) != -1 and (slots is None or not _is_live(slots, int(slot))):
+            raise InvalidIdError(f"bad argument slot = {slot}: not a live state slot")
         self._host_state[r] = int(slot)
         self.req_to_state[r : r + 1].copy_(self._host_state[r : r + 1], non_blocking=True)
 
@@ -136,7 +154,27 @@ class RequestTable:
             raise ArgumentError(
                 "bad call translate_mamba_indices: the allocator has no state slots"
             )
-        virt = self.req_to_state[req_indices.to(self.device, torch.int64)]
+        if not isinstance(req_indices, torch.Tensor) or req_indices.dtype not in (
+            torch.int32,
+            torch.int64,
+        ):
+            raise ArgumentError(
+                f"bad argument req_indices: {req_indices!r} must be an int32/int64 tensor"
+            )
+        idx = req_indices.to(self.device, torch.int64)
+        if req_indices.device.type == "cpu":
+            bad = (req_indices < 0) | (req_indices >= self.max_requests)
+            if bool(bad.any()):
+                raise InvalidIdError(
+                    f"bad argument req_indices: {req_indices[bad][:8].tolist()} outside "
+                    f"[0, {self.max_requests})"
+                )
+            virt = self.req_to_state[idx]
+        else:
+            # A range check would wait for the GPU: rows outside the table read as -1
+            # (no state), like padding, instead of reading out of bounds.
+            inside = (idx >= 0) & (idx < self.max_requests)
+            virt = torch.where(inside, self.req_to_state[idx.clamp(0, self.max_requests - 1)], -1)
         return slots.translate(virt).to(torch.int32)
 
     # ----- freeing ------------------------------------------------------------------------
@@ -147,6 +185,9 @@ class RequestTable:
         eviction of a suffix; freeing a middle span leaves the row's length as is)."""
         r = self._check(r)
         length = int(self._lens[r])
+        for name, v in (("start", start), ("end", end)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+                raise ArgumentError(f"bad argument {name} = {v!r}: must be an int")
         end = length if end is None else int(end)
         if not 0 <= int(start) <= end <= length:
             raise ArgumentError(
@@ -173,6 +214,14 @@ class RequestTable:
         self._live[r] = False
         self._free.append(r)
 
+    def _check_live_tokens(self, ids: np.ndarray) -> None:
+        a = self.allocator
+        pool = a._pool
+        v2p = pool._arena.v2p(a._index)
+        bad = _not_live(ids, v2p, a.page_size, pool.min_slot_index(a.name))
+        if bad is not None:
+            raise InvalidIdError(f"bad argument ids: {bad} is not a live token of {a.name!r}")
+
     def _check(self, r: object) -> int:
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
             raise ArgumentError(f"bad argument r = {r!r}: must be an int request slot")
@@ -185,3 +234,12 @@ def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ArgumentError(f"bad argument {name} = {value!r}: must be a positive int")
     return value
+
+
+def _is_live(slots: Any, slot: int) -> bool:
+    if slot <= 0:  # slot 0 is the padding anchor, never a request's state
+        return False
+    try:
+        return bool(slots.is_slot_allocated(slot))
+    except (IndexError, ValueError):  # ukv's InvalidIdError / ArgumentError subclass these
+        return False

@@ -104,7 +104,7 @@ class SWAHybridAllocator(SubPoolAllocator):
             InvalidIdError: an id that is not live on the full side.
             ArgumentError: wrong dtype, rank or contiguity.
         """
-        self._free_with(self._core_free_swa, ids)
+        self._free_with(self._core_free_swa, ids, "ids")
 
     def _core_free_swa(self, ids: np.ndarray) -> None:
         self._arena.swa_free_nonowner(self._index, self._swa, ids)
@@ -124,7 +124,9 @@ class SWAHybridAllocator(SubPoolAllocator):
             Tensor: shape ``[N]`` int32.
         """
         self._pool._check_usable()
-        return ops.translate(ids, self.swa.v2p, self.page_size, out=out, out_dtype=torch.int32)
+        return ops.translate(
+            ids, self.swa._tables.v2p, self.page_size, out=out, out_dtype=torch.int32
+        )
 
     def full_available_size(self) -> int:
         """Tokens the full side alone could take now (not the joint capacity)."""
