@@ -5,6 +5,13 @@
 writes ``capacity.json`` (every summary, the oracle sweeps, the goals), ``capacity.md``
 (the tables, the goals met or not, the command, machine and versions) and the PNGs named
 by ``--plots`` (``model:trace`` pairs). ``--jobs`` runs models in parallel processes.
+
+    PYTHONPATH=python python3 benches/capacity.py --models gpt-oss-120b Gemma-3-27B --merge
+
+re-runs only the named models and reuses the rows of every other model from the
+``capacity.json`` already in ``--out`` (same memory, tp, page size, traces and seed, else
+it refuses); the goals are recomputed over all rows, and both files say which models were
+run at which commit.
 """
 
 from __future__ import annotations
@@ -64,20 +71,69 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--models", nargs="*", default=list(models.preset_names()))
     p.add_argument("--plots", nargs="*", default=list(DEFAULT_PLOTS))
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other models' rows of the capacity.json in --out (re-run only --models)",
+    )
     a = p.parse_args()
+    base = _load_base(a) if a.merge else None
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as ex:
         futs = [ex.submit(run_model, m, a.memory, a.tp, a.page_size, a.seed, a.out, tuple(a.plots))
                 for m in a.models]  # fmt: skip
         rows = [r for f in futs for r in f.result()]
-    goal = baselines.goals(rows)
     meta = _meta(a, time.perf_counter() - t0)
+    if base is not None:
+        rows, meta["runs_at"] = _merge(base, rows, a.models, meta)
+    goal = baselines.goals(rows)
     Path(a.out, "capacity.json").write_text(
         json.dumps({"meta": meta, "goals": goal, "runs": rows}, indent=1)
     )
     Path(a.out, "capacity.md").write_text(_markdown(meta, goal, rows))
     print(_markdown(meta, goal, rows))
     return 0
+
+
+_SAME = ("memory", "tp", "page_size", "traces", "seed")
+"""Settings a merged file's rows must share."""
+
+
+def _load_base(a: argparse.Namespace) -> dict:
+    """The ``capacity.json`` in ``--out`` that ``--merge`` keeps rows of (checked before
+    anything runs: same settings as this run)."""
+    path = Path(a.out, "capacity.json")
+    if not path.is_file():
+        sys.exit(f"capacity.py: --merge: no {path} to merge with")
+    base = json.loads(path.read_text())
+    now = {"memory": a.memory, "tp": a.tp, "page_size": a.page_size, "traces": TRACES,
+           "seed": a.seed}  # fmt: skip
+    for k in _SAME:
+        if base["meta"].get(k) != now[k]:
+            sys.exit(f"capacity.py: --merge: {path} has {k} = {base['meta'].get(k)!r}, "
+                     f"this run {now[k]!r}; re-run every model instead")  # fmt: skip
+    return base
+
+
+def _stamp(meta: dict) -> str:
+    return f"{meta['versions'].split(',')[0]} ({meta['date_utc']} UTC)"
+
+
+def _merge(base: dict, rows: list, rerun: list, meta: dict) -> tuple[list, dict]:
+    """Every model of ``base`` in its order, the re-run ones replaced by ``rows``; new
+    models go last. Returns the rows and, per model, the run it comes from."""
+    old_at = base["meta"].get("runs_at", {})
+    fresh = {m: [r for r in rows if r["model"] == m] for m in rerun}
+    order = list(dict.fromkeys([r["model"] for r in base["runs"]] + list(rerun)))
+    merged, at = [], {}
+    for m in order:
+        if m in fresh:
+            merged += fresh[m]
+            at[m] = _stamp(meta)
+        else:
+            merged += [r for r in base["runs"] if r["model"] == m]
+            at[m] = old_at.get(m, _stamp(base["meta"]))
+    return merged, at
 
 
 def _meta(a: argparse.Namespace, wall: float) -> dict:
@@ -112,6 +168,19 @@ def _markdown(meta: dict, goal: dict, rows: list) -> str:
         "Served = output tokens per simulated second over the whole trace. Ratio columns are "
         "unified ÷ that layout.",
         "",
+    ]
+    if "runs_at" in meta:
+        by: dict[str, list[str]] = {}
+        for m, at in meta["runs_at"].items():
+            by.setdefault(at, []).append(m)
+        lines += [
+            "Merged (`--merge`): the command above re-ran only its `--models`; the wall time is "
+            "theirs. Rows by run: "
+            + "; ".join(f"{', '.join(ms)} at {at}" for at, ms in by.items())
+            + ".",
+            "",
+        ]
+    lines += [
         "## Goals",
         "",
         "| goal | met | worst ratio (where) | geometric mean |",

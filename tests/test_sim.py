@@ -11,6 +11,7 @@ import pytest
 from ukv import models
 from ukv.cli import main, parse_bytes
 from ukv.errors import ArgumentError
+from ukv.hybrid.swa import SWAHybridAllocator
 from ukv.sim import baselines, engine, traces
 from ukv.sim.backends import (
     PaddedBackend,
@@ -121,6 +122,54 @@ def test_unified_backend_counts_moves_and_returns_everything():
     b.release(np.array([1, 2]), np.array([2000, 33]))
     assert b.usage() == (0, 0) and b.bytes_moved() > 0
     assert b.full.allocated_count() == 0 and b.other.allocated_count() == 0
+
+
+def test_unified_swa_binds_both_sides_and_releases_past_the_window():
+    b = UnifiedBackend(GPT_OSS, 2 << 30, 16, 8192)
+    assert b.pool.owner_of("swa") == "full" and isinstance(b.alloc, SWAHybridAllocator)
+    page = 16 * GPT_OSS.kv_bytes_per_token()  # both sides 36,864 B/token
+    win = 128 // 16 + 1
+    z = np.zeros(2, np.int64)
+    assert b.admit(0) and b.admit(1)
+    # One composite call binds 512 + 3 pages on both sides; the long request's SWA side
+    # then slides to its window in the pool itself (the short one is inside its window).
+    assert b.grow(np.arange(2), z, np.array([8192, 40]))
+    assert b.full.allocated_count() == (512 + 3) * 16
+    assert b.other.allocated_count() == (win + 3) * 16
+    assert b.usage() == ((512 + 3) * page, (win + 3) * page)
+    assert b.bytes_freed == (512 - win) * page
+    b.release(np.array([1, 0]), np.array([40, 8192]))
+    assert b.full.allocated_count() == 0 and b.other.allocated_count() == 0
+    assert b.usage() == (0, 0) and b.bytes_freed == 2 * (512 + 3) * page
+    # Admission: one page of floor, 3,639 pages of gap; a window (9 pages, both sides)
+    # plus 3,630 full pages fill it exactly.
+    assert b.alloc.available_size() == (3639 // 2) * 16
+    assert b.fits(1, 3630 * 16) and not b.fits(1, 3630 * 16 + 1)
+    assert b.fits(0, 3639 * 16) and not b.fits(0, 3639 * 16 + 1)
+
+
+def test_unified_swa_side_stays_within_the_windows_along_a_run():
+    win = 128 // 16 + 1
+
+    class Checked(UnifiedBackend):
+        peak = 0
+
+        def grow(self, rids, old, new):
+            ok = super().grow(rids, old, new)
+            # The pool's own SWA count, not the backend's bookkeeping: a slide that did
+            # not release the SWA side in the pool would leave it above the windows.
+            live = self.other.allocated_count() // 16
+            assert live == self._other_live <= win * len(self.swa)
+            assert self.full.allocated_count() // 16 == self._full_live
+            self.peak = max(self.peak, live)
+            return ok
+
+    b = Checked(GPT_OSS, 2 << 30, 16, 8192)
+    run = engine.simulate(traces.chat(80, seed=5), b)
+    assert run.rejected == 0 and np.isfinite(run.finished_at).all()
+    assert b.peak > 0 and b.usage() == (0, 0) and b.other.allocated_count() == 0
+    swa_page = 16 * GPT_OSS.swa_bytes_per_token()
+    assert (run.timeline[:, 2] <= run.timeline[:, 3] * win * swa_page).all()
 
 
 # ----- the loop -----------------------------------------------------------------------------

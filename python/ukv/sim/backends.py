@@ -286,11 +286,19 @@ class UnifiedBackend(Backend):
     the state / SWA side growing down, eager compaction planned and counted.
 
     Mamba models use :func:`ukv.build_mamba_hybrid` (its token surface and
-    ``mamba_slots``). SWA models use a plain two-owner pool (a ``full`` and a ``swa``
-    :class:`~ukv.allocator.SubPoolAllocator`, each request holding its own SWA pages),
-    the stand-in until the bound SWA composite's core bindings land.
+    ``mamba_slots``). SWA models use :func:`ukv.build_swa_hybrid`: the SWA sub-pool binds
+    the full side's ids, so one allocation of the composite
+    (:class:`~ukv.hybrid.swa.SWAHybridAllocator`) binds a page on both sides at once (all
+    or nothing), ``free_swa`` releases the SWA side of the pages that left the window, and
+    the composite ``free`` releases the full side and whatever SWA pages are still bound.
 
-    Per request it keeps one id per page (a free of any token frees its page), as numpy.
+    Per request it keeps one id per page (a free of any token frees its page), as numpy;
+    for SWA models also the ids whose SWA side is still bound.
+
+    Attributes:
+        alloc: The composite allocator every allocation and free goes through.
+        full: The full-attention side's own allocator (SWA models: read-only counts).
+        other: The state slots, or the SWA side's allocator (SWA: read-only counts).
 
     Args:
         shape: The model (one rank).
@@ -298,6 +306,10 @@ class UnifiedBackend(Backend):
         page_size: Tokens per KV page.
         max_context_len: Longest request (the factory's boot check).
         name: Label.
+
+    Raises:
+        PoolConfigError: one request of ``max_context_len`` tokens (and its state or
+            window) does not fit ``total_bytes``.
     """
 
     def __init__(
@@ -316,28 +328,29 @@ class UnifiedBackend(Backend):
             shape.kind,
             page_size,
         )
+        build = ukv.build_mamba_hybrid if self.kind == "mamba" else ukv.build_swa_hybrid
+        hp = build(
+            model=shape,
+            total_bytes=self.total_bytes,
+            max_context_len=max_context_len,
+            page_size=page_size,
+            device="meta",
+        )
+        self.pool, self.alloc = hp.pool, hp.allocator
         if self.kind == "mamba":
-            hp = ukv.build_mamba_hybrid(
-                model=shape,
-                total_bytes=self.total_bytes,
-                max_context_len=max_context_len,
-                page_size=page_size,
-                device="meta",
-            )
-            self.pool, self.full = hp.pool, hp.allocator
-            self.other = hp.allocator.mamba_slots
+            self.full, self.other = hp.allocator, hp.allocator.mamba_slots
             self.other_unit = shape.state_bytes_per_request()
         else:
-            self.pool = ukv.UnifiedKVPool(
-                self.total_bytes, list(shape.specs()), page_size=page_size, device="meta"
-            )
-            self.full, self.other = self.pool.allocator("full"), self.pool.allocator("swa")
-            self.window = _window(shape)
+            # Read-only views of each side (counts); allocating on them would bypass the
+            # binding, so every alloc and free below goes through self.alloc.
+            self.full, self.other = self.pool.allocator("full"), hp.allocator.swa
+            assert hp.window is not None
+            self.window = int(hp.window)
             self.other_unit = shape.swa_bytes_per_token() * page_size
         self.full_page = shape.kv_bytes_per_token() * page_size
         self._floor = self.pool.stats().reserved_floor_bytes
         self.pages: dict[int, list[np.ndarray]] = {}
-        self.swa: dict[int, np.ndarray] = {}
+        self.swa: dict[int, np.ndarray] = {}  # rid -> page ids whose SWA side is bound
         self.slot: dict[int, np.ndarray] = {}
         self._full_live = 0
         self._other_live = 0
@@ -355,40 +368,34 @@ class UnifiedBackend(Backend):
         self._other_live += 1
         return True
 
-    def _alloc_pages(self, alloc: Any, k: int) -> np.ndarray | None:
-        if k == 0:
-            return np.empty(0, dtype=np.int64)
-        got = alloc.alloc(k * self.P, host=True)
-        return None if got is None else got.numpy()[:: self.P].copy()
-
     def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
         need = pages(new, self.P) - pages(old, self.P)
         k = int(need.sum())
-        ids = self._alloc_pages(self.full, k)
-        if ids is None:
-            return False
-        sw = None
-        if self.kind == "swa":
-            sw = self._alloc_pages(self.other, k)
-            if sw is None:
-                if k:
-                    self.full.free(ids)
+        ids = np.empty(0, dtype=np.int64)
+        if k:
+            # SWA: one composite call binds the k pages on both sides, or nothing at all.
+            got = self.alloc.alloc(k * self.P, host=True)
+            if got is None:
                 return False
+            ids = got.numpy()[:: self.P].copy()
         idx = np.flatnonzero(need)
-        for r, part in zip(rids[idx].tolist(), _parts(ids, need, idx)):
+        parts = _parts(ids, need, idx)
+        for r, part in zip(rids[idx].tolist(), parts):
             self.pages[r].append(part)
         self._full_live += k
-        if sw is not None:
-            self._slide(rids, new, need, idx, sw)
+        if self.kind == "swa":
+            self._other_live += k
+            self._slide(rids, new, idx, parts)
         return True
 
     def _slide(
-        self, rids: np.ndarray, new: np.ndarray, need: np.ndarray, idx: np.ndarray, sw: np.ndarray
+        self, rids: np.ndarray, new: np.ndarray, idx: np.ndarray, parts: list[np.ndarray]
     ) -> None:
-        """Bind the new SWA pages, then free those wholly before each window."""
+        """Add the new pages to each window, then release the SWA side of those wholly
+        before it (their full side stays)."""
         keep = swa_pages(new, self.P, self.window)
         drop = []
-        for i, part in zip(idx.tolist(), _parts(sw, need, idx)):
+        for i, part in zip(idx.tolist(), parts):
             r = int(rids[i])
             held = np.concatenate([self.swa[r], part])
             excess = held.size - int(keep[i])
@@ -396,10 +403,9 @@ class UnifiedBackend(Backend):
                 drop.append(held[:excess])
                 held = held[excess:]
             self.swa[r] = held
-        self._other_live += int(sw.size)
         if drop:
             ids = np.concatenate(drop)
-            self.other.free(ids)
+            self.alloc.free_swa(ids)
             self._other_live -= int(ids.size)
             self.bytes_freed += int(ids.size) * self.other_unit
 
@@ -408,25 +414,34 @@ class UnifiedBackend(Backend):
         for r in rids.tolist():
             full.extend(self.pages.pop(r))
             other.append(self.slot.pop(r) if self.kind == "mamba" else self.swa.pop(r))
+        # SWA: the composite free releases the full side and the SWA pages still bound
+        # (the ids in ``other``); Mamba: the tokens and the state slots separately.
+        n_other = sum(int(o.size) for o in other)
         if full:
             ids = np.concatenate(full)
-            self.full.free(ids)
+            self.alloc.free(ids)
             self._full_live -= int(ids.size)
             self.bytes_freed += int(ids.size) * self.full_page
-        if other:
-            ids = np.concatenate(other)
-            if ids.size:
-                self.other.free(ids)
-            self._other_live -= int(ids.size)
-            self.bytes_freed += int(ids.size) * self.other_unit
+        if self.kind == "mamba" and n_other:
+            self.other.free(np.concatenate(other))
+        self._other_live -= n_other
+        self.bytes_freed += n_other * self.other_unit
 
     def fits(self, states: int, tokens: int) -> bool:
-        # The two sides share one gap: charge the states in full-side pages.
-        other = states if self.kind == "mamba" else states * (pages(self.window, self.P) + 1)
-        if self.kind == "mamba" and states > self.other.available_size():
+        if self.kind == "mamba":
+            if states > self.other.available_size():
+                return False
+            # The two sides share one gap: charge the states in full-side pages.
+            charge = pages(states * self.other_unit, self.full_page) * self.P
+            return tokens + charge <= self.full.available_size()
+        # SWA: a window's pages are bound on both sides at once, so they need the joint
+        # room; the rest of the tokens need full pages only, in what remains of the gap
+        # once the windows' SWA bytes are taken (charged in full pages, as for states).
+        win = states * (pages(self.window, self.P) + 1)
+        if win * self.P > self.alloc.available_size():
             return False
-        charge = pages(other * self.other_unit, self.full_page) * self.P
-        return tokens + charge <= self.full.available_size()
+        charge = pages(win * self.other_unit, self.full_page) * self.P
+        return tokens + charge <= self.alloc.full_available_size()
 
     def fits_alone(self, tokens: int) -> bool:
         other = self.other_unit * (1 if self.kind == "mamba" else pages(self.window, self.P) + 1)
