@@ -122,3 +122,95 @@ def test_read_only_tables_still_read_like_tensors(device: str) -> None:
     if device == "cpu":
         with pytest.raises(ValueError):
             arr[0] = 1  # numpy() of the core's memory is not writable
+
+
+# ----- fault injection in plan execution --------------------------------------------------
+
+FAULT_POINTS = {
+    # where in PackedExecutor.run a failure is injected: (object path, method)
+    "staging window": ("ring", "window"),
+    "staging commit": ("ring", "commit"),
+    "kernel launch": ("kernel", "launch"),
+    "prologue (waits, table re-uploads)": (None, "prologue"),
+}
+
+
+def _fault_ops() -> dict:
+    def alloc(pool, live):
+        return pool.allocator("full").alloc(4)
+
+    def relocating_free(pool, live):
+        pool.allocator("full").free(live[:2])
+
+    def urgent_flush(pool, live):
+        pool.allocator("full").free(live[:2])
+        pool.flush(urgent=True)
+
+    def clear(pool, live):
+        pool.allocator("full").clear()
+
+    def state_alloc(pool, live):
+        return pool.allocator("mamba").alloc(2)
+
+    return {
+        "alloc": alloc,
+        "relocating free": relocating_free,
+        "urgent flush": urgent_flush,
+        "clear": clear,
+        "state alloc": state_alloc,
+    }
+
+
+def _poisoned_everywhere(pool: ukv.UnifiedKVPool, live: torch.Tensor) -> None:
+    fa = pool.allocator("full")
+    for later in (
+        lambda: fa.alloc(1),
+        lambda: fa.free(live[2:3]),
+        lambda: pool.flush(),
+        lambda: fa.translate_kv_loc(live),
+        lambda: pool.allocator("mamba").alloc(1),
+        lambda: pool.stats(),
+    ):
+        with pytest.raises(ukv.PoolPoisonedError):
+            later()
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_fault_at_any_point_of_plan_execution_poisons_or_changes_nothing(
+    device: str, lazy: bool
+) -> None:
+    """Inject a raising call at each point of plan execution under each kind of operation:
+    either the point is not reached and the operation completes (invariants hold, bytes
+    intact), or the operation raises ``PoolPoisonedError`` and so does every later call —
+    never a silently inconsistent pool. Every point must be reached by some operation."""
+    reached: dict[str, int] = dict.fromkeys(FAULT_POINTS, 0)
+    for point, (owner, method) in FAULT_POINTS.items():
+        for op_name, op in _fault_ops().items():
+            pool = _pool(device, lazy=lazy)
+            if not isinstance(pool._exec, ukv.execution.PackedExecutor):
+                pytest.skip("the packed executor runs on CUDA and under Triton's interpreter")
+            fa = pool.allocator("full")
+            live = fa.alloc(8)
+            assert live is not None
+            target = pool._exec if owner is None else getattr(pool._exec, owner)
+            calls = []
+
+            def boom(*_a, _m=method, **_k):
+                calls.append(_m)
+                raise RuntimeError(f"injected fault in {_m}")
+
+            setattr(target, method, boom)
+            try:
+                op(pool, live)
+            except ukv.PoolPoisonedError as exc:
+                assert calls, f"{op_name}: poisoned without reaching {point}"
+                assert "injected fault" in str(exc)
+                _poisoned_everywhere(pool, live)
+                reached[point] += 1
+                continue
+            assert not calls, f"{op_name}: {point} raised but the pool was not poisoned"
+            delattr(target, method)
+            pool.check_invariants()
+    print(f"lazy={lazy} reached: {reached}")
+    missing = [p for p, n in reached.items() if not n]
+    assert not missing, f"fault points no operation reached: {missing}"

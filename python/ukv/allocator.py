@@ -111,7 +111,8 @@ class SubPoolAllocator:
 
     def is_slot_allocated(self, slot: int) -> bool:
         """Whether virtual token ``slot`` is live. Out-of-range ids are not; 0 (the padding
-        anchor) always is. No device synchronisation."""
+        anchor) always is. Reads the host tables, never the device: after a ``free`` of
+        device ids, they read as live until that free lands (``pool.sync_frees()``)."""
         if isinstance(slot, torch.Tensor) and slot.numel() == 1 and not slot.is_floating_point():
             slot = int(slot)
         if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
