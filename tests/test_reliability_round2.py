@@ -195,8 +195,8 @@ def test_a_fault_at_any_point_of_plan_execution_poisons_or_changes_nothing(
             target = pool._exec if owner is None else getattr(pool._exec, owner)
             calls = []
 
-            def boom(*_a, _m=method, **_k):
-                calls.append(_m)
+            def boom(*_a, _m=method, _calls=calls, **_k):
+                _calls.append(_m)
                 raise RuntimeError(f"injected fault in {_m}")
 
             setattr(target, method, boom)
@@ -214,3 +214,27 @@ def test_a_fault_at_any_point_of_plan_execution_poisons_or_changes_nothing(
     print(f"lazy={lazy} reached: {reached}")
     missing = [p for p, n in reached.items() if not n]
     assert not missing, f"fault points no operation reached: {missing}"
+
+
+# ----- the soak script, small ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_soak_script_keeps_every_byte_on_a_short_run(device: str, lazy: bool, tmp_path) -> None:
+    """``benches/soak_cuda.py`` (run at 10^6 operations per mode on the GPU machine) on a
+    short run through the test device's executor: every check finds every token's K rows
+    and every state intact, the pool drains, and the progress file has each check."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benches" / "soak_cuda.py"
+    spec = importlib.util.spec_from_file_location("soak_cuda", path)
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    progress = tmp_path / "progress.jsonl"
+    res = soak.run(device, 600, lazy, 4, 200, seed=3, progress=progress)
+    assert res["drained"] and res["checks"] == 3
+    assert res["counts"]["alloc"] > 50 and res["counts"]["copy"] > 5
+    assert res["pages_moved"] > 0
+    assert len(progress.read_text().splitlines()) == 3

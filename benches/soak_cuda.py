@@ -1,0 +1,244 @@
+"""Soak through the public API on a real pool (CUDA on the GPU machine; CPU for a smoke run).
+
+A seeded mix of token allocs (device and host ids), ``set_kv`` of a per-token stamp through
+``translate_kv_loc``, frees of device and host ids, free groups, state-slot allocs with a
+stamp written into the temporal state, state copies (``ops.copy_slots``) and frees, lazy
+flushes. Every ``--check-every`` operations: ``check_invariants``, every held token's K row
+and every held state read back through translation and compared with its stamp (compaction
+moved them in between), and the process's device memory and RSS recorded. At the end
+everything is freed and the pool must drain to empty. Writes ``soak.md``/``soak.json`` under
+``--out`` after every check, so a run cut short still reports what it did.
+
+    python benches/soak_cuda.py --device cuda --ops 1000000 --out $OUT     # per mode
+    python benches/soak_cuda.py --device cpu --ops 2000 --check-every 500  # smoke (tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ukv
+
+HEADS, DIM = 2, 16
+
+
+def _rss_mib() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / (1 << 20)
+    except OSError:
+        return 0.0
+
+
+def _stamp(k: int) -> float:
+    return float(1 + k % 200)  # small integers: exact in bf16
+
+
+def run(
+    device: str,
+    ops: int,
+    lazy: bool,
+    page_size: int,
+    check_every: int,
+    seed: int,
+    progress: Path | None = None,
+) -> dict:
+    """One soak; returns its summary (and raises AssertionError on any lost byte). Each
+    check's sample is appended to ``progress`` (JSON lines) when given."""
+    full = ukv.MHASpec("full", 2, HEADS, DIM, torch.bfloat16, grow="up")
+    mamba = ukv.MambaSpec(
+        "mamba", 2, ((4, 8),), torch.bfloat16, (2, 4, 4), torch.float32, grow="down"
+    )
+    hp = ukv.build_mamba_hybrid(
+        full, mamba, total_bytes=4 << 20, max_context_len=256, page_size=page_size,
+        device=device, lazy=lazy,
+    )  # fmt: skip
+    pool, a = hp.pool, hp.allocator
+    slots = a.mamba_slots
+    ma = pool.allocator("mamba")
+    dev = pool.device
+    k_views, _ = pool.kv_views("full")
+    _, temporal = pool.state_views("mamba")
+    rng = random.Random(seed)
+    tokens: list[tuple[torch.Tensor, float]] = []  # host ids, stamp
+    states: list[tuple[int, float]] = []
+    counts = dict.fromkeys(
+        ("alloc", "set_kv", "free dev", "free host", "group", "state", "copy", "flush", "none"), 0
+    )
+    samples: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+
+    def check(at: int) -> None:
+        pool.check_invariants()
+        if tokens:
+            ids = torch.cat([t for t, _ in tokens])
+            want = torch.cat([torch.full((len(t),), s) for t, s in tokens])
+            phys = a.translate_kv_loc(ids.to(dev))
+            for layer in (0, 1):
+                got = k_views[layer][phys // page_size, phys % page_size, 0, 0].float().cpu()
+                assert torch.equal(got, want), f"op {at}: a token's K row lost its bytes"
+        if states:
+            virt = torch.tensor([s for s, _ in states], device=dev)
+            got = temporal[0, slots.translate(virt), 0, 0, 0].cpu()
+            want = torch.tensor([v for _, v in states])
+            assert torch.equal(got, want), f"op {at}: a state lost its bytes"
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        samples.append({
+            "ops": at, "s": round(time.perf_counter() - t0, 2), "tokens": sum(map(len, (t for t, _ in tokens))),
+            "states": len(states), "rss_mib": round(_rss_mib(), 1),
+            "cuda_mib": round(torch.cuda.memory_allocated() / (1 << 20), 2) if dev.type == "cuda" else None,
+            "pages_moved": pool.stats().pages_moved, "lazy": lazy,
+        })  # fmt: skip
+        if progress is not None:
+            with progress.open("a") as f:
+                f.write(json.dumps(samples[-1]) + "\n")
+
+    for op in range(1, ops + 1):
+        # Phases of 5,000 operations alternately fill the pool and drain it.
+        grow = (op // 5000) % 2 == 0
+        if rng.random() < (0.45 if grow else 0.2):
+            r = 0.0
+        else:
+            r = 0.34 + 0.66 * rng.random()
+        if r < 0.34:
+            host = rng.random() < 0.5
+            ids = a.alloc(page_size * rng.randint(1, 4), host=host)
+            if ids is None:
+                counts["none"] += 1
+            else:
+                s = _stamp(op)
+                phys = a.translate_kv_loc(ids.to(dev))
+                kv = torch.full((len(ids), HEADS, DIM), s, dtype=torch.bfloat16, device=dev)
+                for layer in (0, 1):
+                    pool.set_kv("full", layer, phys, kv, kv)
+                tokens.append((ids.cpu() if not host else ids, s))
+                counts["alloc"] += 1
+                counts["set_kv"] += 1
+        elif r < 0.62 and tokens:
+            ids, _ = tokens.pop(rng.randrange(len(tokens)))
+            if rng.random() < 0.5:
+                a.free(ids.to(dev))
+                counts["free dev"] += 1
+            else:
+                a.free(ids)
+                counts["free host"] += 1
+        elif r < 0.66 and len(tokens) > 3:
+            a.free_group_begin()
+            for _ in range(3):
+                a.free(tokens.pop(rng.randrange(len(tokens)))[0])
+            a.free_group_end()
+            counts["group"] += 1
+        elif r < 0.78:
+            got = slots.alloc(1, host=True)
+            if got is None:
+                counts["none"] += 1
+            else:
+                s = _stamp(op)
+                temporal[:, slots.translate(got.to(dev))] = s
+                states.append((int(got[0]), s))
+                counts["state"] += 1
+        elif r < 0.84 and states:
+            src = states[rng.randrange(len(states))]
+            got = slots.alloc(1, host=True)
+            if got is not None:
+                ukv.ops.copy_slots(
+                    pool.raw, ma.page_bytes,
+                    slots.translate(torch.tensor([src[0]], device=dev)),
+                    slots.translate(got.to(dev)),
+                )  # fmt: skip
+                states.append((int(got[0]), src[1]))
+                counts["copy"] += 1
+        elif r < 0.96 and states:
+            slot, _ = states.pop(rng.randrange(len(states)))
+            slots.free(torch.tensor([slot]))
+        else:
+            pool.flush(urgent=rng.random() < 0.2)
+            counts["flush"] += 1
+        if op % check_every == 0:
+            check(op)
+    if ops % check_every:
+        check(ops)
+    for ids, _ in tokens:
+        a.free(ids)
+    for slot, _ in states:
+        slots.free(torch.tensor([slot]))
+    pool.sync_frees()
+    pool.flush(urgent=True)
+    pool.check_invariants()
+    drained = all(sp.live_pages == 0 and sp.span_pages == 0 for sp in pool.stats().sub_pools)
+    assert drained, f"the pool did not drain: {pool.stats()}"
+    first = samples[len(samples) // 5] if len(samples) >= 5 else samples[0]
+    last = samples[-1]
+    return {
+        "device": str(dev), "lazy": lazy, "page_size": page_size, "ops": ops,
+        "seconds": round(time.perf_counter() - t0, 1), "checks": len(samples), "counts": counts,
+        "pages_moved": last["pages_moved"], "drained": drained,
+        "rss_mib_from_fifth_to_end": [first["rss_mib"], last["rss_mib"]],
+        "cuda_mib_from_fifth_to_end": [first["cuda_mib"], last["cuda_mib"]],
+        "gpu_waits": pool.stats().gpu_waits, "samples": samples,
+    }  # fmt: skip
+
+
+def _write(out: Path, results: list[dict], argv: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(results, indent=1))
+    gpu = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"{platform.machine()} CPU, {os.cpu_count()} cores"
+    )
+    lines = [
+        "# ukv soak through the public API",
+        "",
+        f"- command: `python {' '.join(argv)}`",
+        f"- machine: {gpu}; Python {sys.version.split()[0]}, torch {torch.__version__}",
+        f"- date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        "",
+        "| mode | page size | ops | s | checks (all bytes intact) | pages moved | RSS MiB (1/5 → end) | CUDA MiB (1/5 → end) | GPU waits | drained |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for r in results:
+        lines.append(
+            f"| {'lazy' if r['lazy'] else 'eager'} | {r['page_size']} | {r['ops']:,} | "
+            f"{r['seconds']} | {r['checks']} | {r['pages_moved']:,} | "
+            f"{r['rss_mib_from_fifth_to_end'][0]} → {r['rss_mib_from_fifth_to_end'][1]} | "
+            f"{r['cuda_mib_from_fifth_to_end'][0]} → {r['cuda_mib_from_fifth_to_end'][1]} | "
+            f"{r['gpu_waits']} | {r['drained']} |"
+        )
+    (out / "soak.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--ops", type=int, default=1_000_000, help="operations per mode")
+    p.add_argument("--check-every", type=int, default=10_000)
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--modes", nargs="+", default=["eager", "lazy"], choices=["eager", "lazy"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("."))
+    args = p.parse_args(argv)
+    results: list[dict] = []
+    for mode in args.modes:
+        args.out.mkdir(parents=True, exist_ok=True)
+        res = run(args.device, args.ops, mode == "lazy", args.page_size, args.check_every,
+                  args.seed, args.out / "soak-progress.jsonl")  # fmt: skip
+        results.append(res)
+        _write(args.out, results, ["benches/soak_cuda.py", *(argv or sys.argv[1:])])
+        print({k: v for k, v in res.items() if k != "samples"}, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
