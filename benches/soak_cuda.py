@@ -30,6 +30,10 @@ import torch
 import ukv
 
 HEADS, DIM = 2, 16
+MAX_STATES = 128
+"""States held at once: without a cap, state slots (allocated more often than freed in the
+mix) fill the pool and starve the token side (the 2026-12-04 H200 run, before the cap, held
+up to 10,911 states and at most 96 tokens)."""
 
 
 def _rss_mib() -> float:
@@ -139,7 +143,7 @@ def run(
                 a.free(tokens.pop(rng.randrange(len(tokens)))[0])
             a.free_group_end()
             counts["group"] += 1
-        elif r < 0.78:
+        elif r < 0.78 and len(states) < MAX_STATES:
             got = slots.alloc(1, host=True)
             if got is None:
                 counts["none"] += 1
@@ -148,7 +152,7 @@ def run(
                 temporal[:, slots.translate(got.to(dev))] = s
                 states.append((int(got[0]), s))
                 counts["state"] += 1
-        elif r < 0.84 and states:
+        elif r < 0.84 and states and len(states) < MAX_STATES:
             src = states[rng.randrange(len(states))]
             got = slots.alloc(1, host=True)
             if got is not None:
