@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use ukv_core::{Arena, ArenaConfig, Direction, PoolSpec};
 
-use crate::convert::{borrowed_view, ids, to_numpy};
+use crate::convert::{borrowed_view, ids, optional_ids, optional_slice, to_numpy};
 use crate::errors::{argument, raise, to_py};
 
 /// One sub-pool as Python declares it: (name, entry_bytes, page_size, "up"|"down", id_owner).
@@ -176,12 +176,8 @@ impl PyArena {
     ) -> PyResult<TokenResult<'py>> {
         let pre = ids(prefix_lens, "prefix_lens_cpu")?;
         let seq = ids(seq_lens, "seq_lens_cpu")?;
-        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
-        let (pre, seq) = (pre.as_slice()?, seq.as_slice()?);
-        let last = match &last {
-            Some(l) => Some(l.as_slice()?),
-            None => None,
-        };
+        let last = optional_ids(last_loc, "last_loc")?;
+        let (pre, seq, last) = (pre.as_slice()?, seq.as_slice()?, optional_slice(&last)?);
         let ok = self.call(|a| a.alloc_extend(pool, pre, seq, last))?;
         Ok(ok.then(|| self.tokens_out(py)))
     }
@@ -196,12 +192,8 @@ impl PyArena {
         last_loc: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<TokenResult<'py>> {
         let seq = ids(seq_lens, "seq_lens_cpu")?;
-        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
-        let seq = seq.as_slice()?;
-        let last = match &last {
-            Some(l) => Some(l.as_slice()?),
-            None => None,
-        };
+        let last = optional_ids(last_loc, "last_loc")?;
+        let (seq, last) = (seq.as_slice()?, optional_slice(&last)?);
         let ok = self.call(|a| a.alloc_decode(pool, seq, last))?;
         Ok(ok.then(|| self.tokens_out(py)))
     }
@@ -403,12 +395,8 @@ impl PyArena {
     ) -> PyResult<TokenResult<'py>> {
         let pre = ids(prefix_lens, "prefix_lens_cpu")?;
         let seq = ids(seq_lens, "seq_lens_cpu")?;
-        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
-        let (pre, seq) = (pre.as_slice()?, seq.as_slice()?);
-        let last = match &last {
-            Some(l) => Some(l.as_slice()?),
-            None => None,
-        };
+        let last = optional_ids(last_loc, "last_loc")?;
+        let (pre, seq, last) = (pre.as_slice()?, seq.as_slice()?, optional_slice(&last)?);
         let ok = self.call(|a| a.swa_alloc_extend(full, swa, pre, seq, last))?;
         Ok(ok.then(|| self.tokens_out(py)))
     }
@@ -424,12 +412,8 @@ impl PyArena {
         last_loc: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<TokenResult<'py>> {
         let seq = ids(seq_lens, "seq_lens_cpu")?;
-        let last = last_loc.map(|l| ids(l, "last_loc")).transpose()?;
-        let seq = seq.as_slice()?;
-        let last = match &last {
-            Some(l) => Some(l.as_slice()?),
-            None => None,
-        };
+        let last = optional_ids(last_loc, "last_loc")?;
+        let (seq, last) = (seq.as_slice()?, optional_slice(&last)?);
         let ok = self.call(|a| a.swa_alloc_decode(full, swa, seq, last))?;
         Ok(ok.then(|| self.tokens_out(py)))
     }

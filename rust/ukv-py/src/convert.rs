@@ -32,6 +32,19 @@ impl Ids<'_> {
     }
 }
 
+/// Read an optional 1-D int32/int64 NumPy array argument called `name` (`last_loc`).
+pub fn optional_ids<'py>(
+    obj: Option<&Bound<'py, PyAny>>,
+    name: &str,
+) -> PyResult<Option<Ids<'py>>> {
+    obj.map(|o| ids(o, name)).transpose()
+}
+
+/// The slice of an optional argument read by [`optional_ids`].
+pub fn optional_slice<'a>(ids: &'a Option<Ids<'_>>) -> PyResult<Option<&'a [i64]>> {
+    ids.as_ref().map(Ids::as_slice).transpose()
+}
+
 /// Read a 1-D int32/int64 NumPy array argument called `name`.
 pub fn ids<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Ids<'py>> {
     if let Ok(a) = obj.downcast::<PyArray1<i64>>() {
