@@ -97,8 +97,9 @@ def count(name: str, value: object) -> int:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"bad argument {name} = {value!r}: must be an int")
-    if value < 0:
+    n = int(value)
+    if n < 0:
         raise ArgumentError(f"bad argument {name} = {value}: must be >= 0")
-    if value >= 1 << 63:
+    if n >= 1 << 63:
         raise ArgumentError(f"bad argument {name} = {value}: must be below 2**63")
-    return int(value)
+    return n

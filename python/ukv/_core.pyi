@@ -1,5 +1,6 @@
 """Type stubs of the native module ``ukv._core`` (checked by ``mypy.stubtest`` in CI)."""
 
+from collections.abc import Sequence
 from typing import Any, final
 
 import numpy as np
@@ -55,7 +56,7 @@ class Arena:
     def __new__(
         cls,
         total_bytes: int,
-        pools: list[_PoolTuple],
+        pools: Sequence[_PoolTuple],
         lazy: bool = False,
         max_moves_per_flush: int = ...,
     ) -> Arena: ...

@@ -186,6 +186,7 @@ class UnifiedKVPool:
             return layout.mha_views(self.raw, spec, info["page_size"], info["num_pages"])
         if isinstance(spec, MLASpec):
             return layout.mla_views(self.raw, spec, info["page_size"], info["num_pages"])
+        assert isinstance(spec, MambaSpec)
         return layout.state_views(self.raw, spec, info["num_pages"])
 
     def summary(self) -> str:
@@ -462,7 +463,7 @@ class UnifiedKVPool:
         latest = self._arena.latest_token()
         writes = self._write_locs.get(latest) if latest is not None else None
         blocked = False
-        if writes is not None and not urgent:
+        if writes is not None and latest is not None and not urgent:
             if writes.landed():
                 host = writes.take()
                 for i, spec in enumerate(self._specs):
@@ -634,6 +635,7 @@ class UnifiedKVPool:
         elif entry.kind == "group_end":
             self._arena.free_group_end(entry.pool)
         else:
+            assert ids is not None, "a queued free always carries its landing ids"
             self._arena.free(entry.pool, ids)
         self._execute()
 
@@ -770,9 +772,9 @@ def _scatter(view: torch.Tensor, phys: torch.Tensor, src: torch.Tensor, spec: Sp
 
 
 def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) <= 0:
         raise PoolConfigError(f"invalid {name} = {value!r}: must be a positive int")
-    if value >= 1 << 64:
+    if int(value) >= 1 << 64:
         raise PoolConfigError(f"invalid {name} = {value!r}: must be below 2**64")
     return int(value)
 

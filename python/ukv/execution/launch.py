@@ -33,7 +33,10 @@ except ImportError:  # pragma: no cover - Triton is Linux-only
 DIRECT_TRITON = ("3.6",)
 """``major.minor`` Triton versions whose ``CompiledKernel.run`` signature ukv was run with."""
 
-_get_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+_get_stream: Callable[[int], int] = (
+    torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None  # type: ignore[assignment]
+)
+"""The current raw CUDA stream of a device index; None without CUDA (no direct launches)."""
 
 
 def direct_launch_enabled() -> bool:

@@ -54,7 +54,7 @@ class _Geometry(NamedTuple):
     table: torch.Tensor
     table_addr: int
     table_len: int
-    constexprs: tuple[tuple[dict[str, Any], dict[str, Any]], ...]
+    constexprs: tuple[tuple[dict[str, Any], ...], ...]
     keys: tuple[tuple[Any, ...], tuple[Any, ...]]
     tails: tuple[tuple[Any, ...], tuple[Any, ...]]
 

@@ -96,7 +96,7 @@ class MambaSlots:
             raise ArgumentError(f"bad call alloc_group_end on {self.name!r}: no group is open")
         leftover, self._reserved, self._group = self._reserved, self._reserved[:0], None
         if leftover.size:
-            self._alloc.free(leftover)
+            self._alloc.free(torch.from_numpy(leftover))
 
     def translate(self, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """Virtual slot ids → physical slots on the tables' device, int64; −1 (padding,

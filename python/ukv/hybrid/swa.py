@@ -80,9 +80,15 @@ class SWAHybridAllocator(SubPoolAllocator):
 
     def _core_group(self, kind: str) -> Callable[[object], None]:
         f, s, arena = self._index, self._swa, self._arena
-        if kind == "group_begin":
-            return lambda _ids: (arena.free_group_begin(f), arena.free_group_begin(s))[-1]
-        return lambda _ids: (arena.free_group_end(s), arena.free_group_end(f))[-1]
+        # Both sides' groups open together; the SWA side closes first, then the owner.
+        order = (f, s) if kind == "group_begin" else (s, f)
+        boundary = arena.free_group_begin if kind == "group_begin" else arena.free_group_end
+
+        def both(_ids: object) -> None:
+            for i in order:
+                boundary(i)
+
+        return both
 
     def _group_boundary(self, kind: Literal["group_begin", "group_end"]) -> None:
         super()._group_boundary(kind)
