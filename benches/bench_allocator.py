@@ -591,6 +591,16 @@ class Config:
     min_iters: int
     max_iters: int
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, quick: Config, full: Config) -> Config:
+        """``quick`` or ``full`` as ``--quick`` says, with ``--rounds``/``--round-s`` applied."""
+        cfg = quick if args.quick else full
+        if args.rounds is not None:
+            cfg.rounds = args.rounds
+        if args.round_s is not None:
+            cfg.round_s = args.round_s
+        return cfg
+
 
 @dataclass
 class Row:
@@ -981,15 +991,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     load_start = _sh(["uptime"])
     torch.set_num_threads(1)
-    cfg = (
-        Config(rounds=3, round_s=0.01, warm_iters=2, min_iters=2, max_iters=2000)
-        if args.quick
-        else Config(rounds=7, round_s=0.25, warm_iters=5, min_iters=10, max_iters=200_000)
+    cfg = Config.from_args(
+        args,
+        quick=Config(rounds=3, round_s=0.01, warm_iters=2, min_iters=2, max_iters=2000),
+        full=Config(rounds=7, round_s=0.25, warm_iters=5, min_iters=10, max_iters=200_000),
     )
-    if args.rounds is not None:
-        cfg.rounds = args.rounds
-    if args.round_s is not None:
-        cfg.round_s = args.round_s
 
     factory, peer_desc = None, "skipped (--no-peer)"
     if not args.no_peer:

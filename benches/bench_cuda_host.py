@@ -75,6 +75,7 @@ sys.path.insert(0, str(HERE))
 from bench_allocator import (  # noqa: E402 - the shared sides and checks of the CPU bench
     MAMBA_SPEC,
     CheckError,
+    Config,
     PeerSide,
     UkvSide,
     _check_stamps,
@@ -356,15 +357,6 @@ def _no_free(ids: torch.Tensor) -> None:
 
 
 # ----- timing ------------------------------------------------------------------------------
-
-
-@dataclass
-class Config:
-    rounds: int
-    round_s: float
-    warm_iters: int
-    min_iters: int
-    max_iters: int
 
 
 def timed_round(dev: Device, v: Variant, run: Run, n: int) -> tuple[float, int | None]:
@@ -988,15 +980,11 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device here: run with --device cpu for a smoke run of the code paths")
         return 2
     torch.set_num_threads(1)  # as the CPU bench: SGLang's host-side cats stay single-threaded
-    cfg = (
-        Config(rounds=2, round_s=0.005, warm_iters=2, min_iters=2, max_iters=200)
-        if args.quick
-        else Config(rounds=5, round_s=0.1, warm_iters=5, min_iters=5, max_iters=100_000)
+    cfg = Config.from_args(
+        args,
+        quick=Config(rounds=2, round_s=0.005, warm_iters=2, min_iters=2, max_iters=200),
+        full=Config(rounds=5, round_s=0.1, warm_iters=5, min_iters=5, max_iters=100_000),
     )
-    if args.rounds is not None:
-        cfg.rounds = args.rounds
-    if args.round_s is not None:
-        cfg.round_s = args.round_s
 
     factory, peer_desc = None, "skipped (--no-peer)"
     if not args.no_peer:

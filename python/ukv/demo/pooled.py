@@ -69,7 +69,7 @@ class _PooledCache:
             a += n
 
     def _translate(self, alloc: Any, ids: torch.Tensor) -> torch.Tensor:
-        return alloc.translate_kv_loc(ids.to(alloc.v2p.device))
+        return alloc.translate_kv_loc(ids.to(self.pool.device))
 
     def _store_and_gather(
         self,
@@ -236,7 +236,7 @@ class SWAPooledCache(_PooledCache):
             lazy=lazy,
         )
         self.pool = hybrid.pool
-        self.alloc = self.full = hybrid.allocator
+        self.full = hybrid.allocator
         self._swa_freed: dict[int, int] = {}  # rid -> SWA pages already released
 
     def request_bytes(self, num_tokens: int) -> tuple[int, int]:
@@ -265,11 +265,11 @@ class SWAPooledCache(_PooledCache):
     def prepare(self, batch: list[tuple[int, int]]) -> None:
         """Allocate the step's tokens (both sides in one call), then translate every id in
         use on both sides (SWA ids whose side is released map to the sink, never read)."""
-        self._extend(self.alloc, self._ids, batch)
+        self._extend(self.full, self._ids, batch)
         for r, _ in batch:
-            ids = self._ids[r].to(self.alloc.v2p.device)
-            self._phys[(True, r)] = self.alloc.translate_kv_loc(ids)
-            self._phys[(False, r)] = self.alloc.translate_loc_from_full_to_swa(ids).long()
+            ids = self._ids[r].to(self.pool.device)
+            self._phys[(True, r)] = self.full.translate_kv_loc(ids)
+            self._phys[(False, r)] = self.full.translate_loc_from_full_to_swa(ids).long()
 
     def after_step(self, chunks: list[Chunk]) -> None:
         """Release the SWA side of the pages no later query can see: every key before the
@@ -280,12 +280,12 @@ class SWAPooledCache(_PooledCache):
             dead = max(0, first_live) // ps
             done = self._swa_freed[c.rid]
             if dead > done:
-                self.alloc.free_swa(self._ids[c.rid][done * ps : dead * ps])
+                self.full.free_swa(self._ids[c.rid][done * ps : dead * ps])
                 self._swa_freed[c.rid] = dead
 
     def release(self, rid: int) -> None:
         """Free the request's tokens (the full side and what is left of the SWA side)."""
-        self.alloc.free(self._ids.pop(rid))
+        self.full.free(self._ids.pop(rid))
         del self._swa_freed[rid]
 
     def attend_kv(self, full, index, group, los, k, v):  # type: ignore[no-untyped-def]
