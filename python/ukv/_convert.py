@@ -103,3 +103,13 @@ def count(name: str, value: object) -> int:
     if n >= 1 << 63:
         raise ArgumentError(f"bad argument {name} = {value}: must be below 2**63")
     return n
+
+
+def first_dead_id(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> int | None:
+    """The first id that names no live slot (vectorised over every id), or None."""
+    pages = ids // page_size
+    ok = (ids >= min_slot) & (pages < len(v2p) - 1)
+    ok[ok] = v2p[pages[ok]] >= 0
+    if ok.all():
+        return None
+    return int(ids[int(np.argmin(ok))])

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ukv import _core, layout, ops
-from ukv._convert import host_ids
+from ukv._convert import first_dead_id, host_ids
 from ukv._tables import DeviceTables, to_device
 from ukv.allocator import SubPoolAllocator
 from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
@@ -422,7 +422,7 @@ class UnifiedKVPool:
             self._settle(wait=True)  # frees of device ids decide which ids are live
         alloc = self._allocators[i]
         host = host_ids("ids", ids).astype(np.int64, copy=False)
-        bad = _not_live(host, self._arena.v2p(i), alloc.page_size, self.min_slot_index(name))
+        bad = first_dead_id(host, self._arena.v2p(i), alloc.page_size, self.min_slot_index(name))
         if bad is not None:
             raise InvalidIdError(f"bad argument ids: virtual id {bad} of {name!r} is not live")
         phys = alloc.translate_kv_loc(to_device(host, self._tables[i].device))
@@ -736,16 +736,6 @@ class HostCopy(list):
         if self.event is not None:
             self.event.synchronize()
         return self
-
-
-def _not_live(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> int | None:
-    """The first id that names no live slot (vectorised over every id), or None."""
-    pages = ids // page_size
-    ok = (ids >= min_slot) & (pages < len(v2p) - 1)
-    ok[ok] = v2p[pages[ok]] >= 0
-    if ok.all():
-        return None
-    return int(ids[int(np.argmin(ok))])
 
 
 def _gathered_shape(view: torch.Tensor, n: int, slots: bool) -> tuple[int, ...]:

@@ -17,7 +17,6 @@ import torch
 
 from ukv import _convert
 from ukv.errors import ArgumentError, InvalidIdError
-from ukv.pool import _not_live
 
 
 class RequestTable:
@@ -218,7 +217,7 @@ class RequestTable:
         a = self.allocator
         pool = a._pool
         v2p = pool._arena.v2p(a._index)
-        bad = _not_live(ids, v2p, a.page_size, pool.min_slot_index(a.name))
+        bad = _convert.first_dead_id(ids, v2p, a.page_size, pool.min_slot_index(a.name))
         if bad is not None:
             raise InvalidIdError(f"bad argument ids: {bad} is not a live token of {a.name!r}")
 
