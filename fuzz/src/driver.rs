@@ -30,7 +30,9 @@
 
 use std::collections::HashSet;
 
-use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec, UkvError, TOMBSTONE};
+use ukv_core::{
+    continue_token, Arena, ArenaConfig, Direction, Plan, PoolSpec, UkvError, TOMBSTONE,
+};
 
 /// Operations run per input at most (the fuzzer's inputs end long before, usually).
 pub const MAX_STEPS: usize = 4096;
@@ -859,7 +861,7 @@ impl Harness {
             pre_cap.map(|c| (i, new_pages, c)),
         );
         if expect_kind == Expect::Ok && got && !last_bad {
-            let tokens = self.resolve_tokens(&last);
+            let tokens = self.resolve_tokens(i, &last);
             self.check_request_tokens(i, &pre, &seq, &last, &tokens, &before);
             self.extend_reqs(i, &who, &pre, &seq, &tokens);
         }
@@ -959,24 +961,34 @@ impl Harness {
             pre_cap.map(|c| (i, new_pages, c)),
         );
         if expect_kind == Expect::Ok && got && !last_bad {
-            let tokens = self.resolve_tokens(&last);
+            let tokens = self.resolve_tokens(i, &last);
             let pre: Vec<i64> = seq.iter().map(|s| s - 1).collect();
             self.check_request_tokens(i, &pre, &seq, &last, &tokens, &before);
             self.extend_reqs(i, &who, &pre, &seq, &tokens);
         }
     }
 
-    /// The plan's token ids, with relative entries finished from `last`.
-    fn resolve_tokens(&self, last: &[i64]) -> Vec<i64> {
+    /// The plan's token ids on pool `i`, continuations finished from `last` as a device
+    /// would ([`continue_token`]; a valid `last` must never be rejected).
+    fn resolve_tokens(&self, i: usize, last: &[i64]) -> Vec<i64> {
         let plan = self.arena.plan();
         if plan.token_req.is_empty() {
             return plan.tokens.clone();
         }
         assert_eq!(plan.token_req.len(), plan.tokens.len(), "token_req length");
+        let g = self.arena.pool(i).geometry();
+        let ps = g.page_size as i64;
         plan.tokens
             .iter()
             .zip(&plan.token_req)
-            .map(|(&t, &r)| if r >= 0 { t + last[r as usize] } else { t })
+            .map(|(&t, &r)| {
+                if r < 0 {
+                    return t;
+                }
+                let l = last[r as usize];
+                continue_token(t, l, ps, g.min_virtual_page, g.num_virtual_pages)
+                    .unwrap_or_else(|| panic!("valid last_loc {l} (request {r}) rejected"))
+            })
             .collect()
     }
 

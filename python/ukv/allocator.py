@@ -23,6 +23,7 @@ import torch
 from ukv import _convert
 from ukv._readonly import read_only
 from ukv.errors import ArgumentError
+from ukv.execution.continuation import ContinuationCheck, DeviceLast, finish_with_torch
 from ukv.execution.deferred import Deferred
 from ukv.execution.fastpath import TranslateLauncher
 
@@ -175,7 +176,10 @@ class SubPoolAllocator:
             seq_lens: shape ``[B]``; accepted for signature compatibility (unused).
             seq_lens_cpu: shape ``[B]`` on the CPU: tokens after the extension.
             last_loc: shape ``[B]``: virtual id of each request's last token (-1 when its
-                prefix is empty). On the CPU it is checked; on CUDA it is used on-device.
+                prefix is empty). On the CPU it is checked here. On the pool's GPU it is
+                read by the kernel only (no wait): a value that cannot be its request's
+                last token gives its continuing tokens id 0, the padding sink, and is
+                reported by ``pool.check_device_errors()`` (see that method).
             extend_num_tokens: ``sum(seq_lens - prefix_lens)``.
             host: Return host (CPU) ids, as for :meth:`alloc` (needs a CPU ``last_loc``).
 
@@ -185,7 +189,9 @@ class SubPoolAllocator:
 
         Raises:
             ArgumentError: mismatched lengths, a prefix longer than its sequence, a wrong
-                ``extend_num_tokens``, or (CPU ``last_loc``) a last token that is not live.
+                ``extend_num_tokens``, a GPU ``last_loc`` on another device than the
+                pool's, or (CPU ``last_loc``) a last token that is not live or not at its
+                request's page offset.
         """
         del prefix_lens, seq_lens
         pre = _convert.cpu_lengths("prefix_lens_cpu", prefix_lens_cpu)
@@ -215,15 +221,17 @@ class SubPoolAllocator:
         Args:
             seq_lens: shape ``[B]``; accepted for signature compatibility (unused).
             seq_lens_cpu: shape ``[B]`` on the CPU: lengths including the new token.
-            last_loc: shape ``[B]``: virtual id of each request's last token.
+            last_loc: shape ``[B]``: virtual id of each request's last token; on the GPU
+                checked by the kernel, as for :meth:`alloc_extend`.
             host: Return host (CPU) ids, as for :meth:`alloc` (needs a CPU ``last_loc``).
 
         Returns:
             Tensor | None: shape ``[B]`` int64 virtual ids; None when the new pages do not fit.
 
         Raises:
-            ArgumentError: mismatched lengths, a length below 1, or (CPU ``last_loc``) a
-                last token that is not live.
+            ArgumentError: mismatched lengths, a length below 1, a GPU ``last_loc`` on
+                another device than the pool's, or (CPU ``last_loc``) a last token that is
+                not live or not at its request's page offset.
         """
         del seq_lens
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
@@ -233,7 +241,7 @@ class SubPoolAllocator:
     def _alloc_tokens(
         self,
         op: Callable[[], tuple[np.ndarray, np.ndarray | None] | None],
-        dev_last: torch.Tensor | None,
+        dev_last: DeviceLast | None,
         host: bool,
     ) -> torch.Tensor | None:
         """Run a token-level allocation and execute its plan (see :meth:`alloc`)."""
@@ -253,8 +261,13 @@ class SubPoolAllocator:
 
     def _split_last_loc(
         self, last_loc: object, batch: int, host: bool
-    ) -> tuple[np.ndarray | None, torch.Tensor | None]:
+    ) -> tuple[np.ndarray | None, DeviceLast | None]:
         if isinstance(last_loc, torch.Tensor) and last_loc.device.type == "cuda":
+            if last_loc.device != self._pool.device:
+                raise ArgumentError(
+                    f"bad argument last_loc: on {last_loc.device}, the pool is on "
+                    f"{self._pool.device} (pass it there, or on the CPU)"
+                )
             if last_loc.dtype not in _convert.ID_DTYPES or last_loc.shape != (batch,):
                 raise ArgumentError(
                     f"bad argument last_loc: shape {tuple(last_loc.shape)} dtype {last_loc.dtype} "
@@ -269,22 +282,26 @@ class SubPoolAllocator:
                     f"bad argument last_loc: on {last_loc.device} with host=True (host ids "
                     "would need the device's last_loc read back; pass it on the CPU)"
                 )
-            return None, last_loc
+            return None, DeviceLast(last_loc, self._continuation(), self._pool._faults)
         return _convert.host_ids("last_loc", last_loc), None
+
+    def _continuation(self) -> ContinuationCheck:
+        """What the device checks this owner's ``last_loc`` values against."""
+        ps = self.page_size
+        lo = self._arena.pool_info(self._index)["min_virtual_page"] * ps
+        return ContinuationCheck(ps, lo, self.num_virtual_pages * ps, self._tables.v2p)
 
     def _finish_tokens(
         self,
         res: tuple[np.ndarray, np.ndarray | None],
-        dev_last: torch.Tensor | None,
+        dev_last: DeviceLast | None,
         host: bool,
     ) -> torch.Tensor:
         tokens, req = res
         out = torch.from_numpy(tokens) if host else self._pool._ids_out(tokens)
         if req is not None and dev_last is not None:
-            # Tokens continuing a partial page are last_loc[r] + k, finished on the device.
-            req_t = self._pool._ids_out(req)
-            base = dev_last.to(torch.int64).gather(0, req_t.clamp(min=0))
-            out = torch.where(req_t >= 0, out + base, out)
+            # Continuations of a partial page, checked and finished on the device.
+            out = finish_with_torch(out, self._pool._ids_out(req), dev_last)
         return out
 
     # ----- free -----------------------------------------------------------------------

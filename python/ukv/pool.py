@@ -41,6 +41,7 @@ from ukv._tables import DeviceTables, to_device
 from ukv.allocator import SubPoolAllocator
 from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
 from ukv.execution import make_executor
+from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, DeferredQueue, LandingIds
 from ukv.execution.fastpath import StoreLauncher
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
@@ -162,6 +163,8 @@ class UnifiedKVPool:
         self._store_targets: dict[str, list[ops.StoreTarget]] = {}
         self._store_fast: dict[str, list[StoreLauncher | None]] = {}
         self._poisoned: str | None = None
+        # Continuations of a device last_loc that failed their check (on the tables' device).
+        self._faults = FaultRecord(table_device)
         self._exec = make_executor(self.raw, self._arena, self._tables, self._info, self._wait)
         self._run = self._exec.run
         # Frees of device ids (and group boundaries behind them) not applied yet.
@@ -542,7 +545,7 @@ class UnifiedKVPool:
 
     # ----- plan execution --------------------------------------------------------------------
 
-    def _execute(self, want_ids: bool = False, last: torch.Tensor | None = None) -> Any:
+    def _execute(self, want_ids: bool = False, last: DeviceLast | None = None) -> Any:
         """Execute the arena's last plan; a failure poisons the pool (see :meth:`_poison`).
 
         Returns the allocation's ids on the pool's device when ``want_ids`` and the
@@ -653,6 +656,27 @@ class UnifiedKVPool:
         must. Errors of those frees (``DoubleFreeError``, ``InvalidIdError``) surface here."""
         with self._lock:
             self._settle(wait=True)
+
+    def check_device_errors(self) -> None:
+        """Raise what the GPU found since the last check; waits for the current stream.
+
+        ``alloc_extend`` / ``alloc_decode`` with ``last_loc`` on the GPU never read it on
+        the host. The kernel checks each request's ``last_loc`` (inside this sub-pool's
+        ids, above the padding page, at the in-page offset the request's prefix length
+        implies, on a bound page); a request that fails gets id 0, the padding sink, for
+        each token that continues its partial page, so its K/V writes land there and never
+        in another request's page. This call reports those: it clears the record and
+        raises :class:`~ukv.errors.InvalidIdError` naming the first failing request and
+        its ``last_loc`` and the count of tokens affected. Call it where the engine
+        synchronizes anyway (e.g. after sampling). Pools without a GPU never fail here
+        (their ``last_loc`` is checked by the call itself).
+        """
+        with self._lock:
+            if self.device.type == "cuda" and torch._C._cuda_getDevice() != self._cuda_index:
+                with torch.cuda.device(self._cuda_index):
+                    self._faults.raise_if_any()
+                return
+            self._faults.raise_if_any()
 
     # ----- checks and stats -----------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import torch
 if TYPE_CHECKING:
     from ukv import _core
     from ukv._tables import DeviceTables
+    from ukv.execution.continuation import DeviceLast
 
 # Bits of ``Arena.plan_flags()``.
 PLAN_WAITS, PLAN_MOVES, PLAN_RESETS, PLAN_ROWS = 1, 2, 4, 8
@@ -48,6 +49,6 @@ class Executor:
             for i in self.arena.plan_resets():
                 self.tables[i].reupload()
 
-    def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
+    def run(self, want_ids: bool = False, last: DeviceLast | None = None) -> torch.Tensor | None:
         """Execute the last plan; see the subclasses. Returns ids only if ``returns_ids``."""
         raise NotImplementedError

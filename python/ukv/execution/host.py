@@ -21,6 +21,7 @@ from ukv.execution.base import PLAN_MOVES, Executor
 if TYPE_CHECKING:
     from ukv import _core
     from ukv._tables import DeviceTables
+    from ukv.execution.continuation import DeviceLast
 
 
 class HostExecutor(Executor):
@@ -43,7 +44,7 @@ class HostExecutor(Executor):
             for i in infos
         ]
 
-    def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
+    def run(self, want_ids: bool = False, last: DeviceLast | None = None) -> torch.Tensor | None:
         """Execute the last plan: waits, resets, then every sub-pool's page moves."""
         flags = self.arena.plan_flags()
         if not flags & self.work_mask:

@@ -28,6 +28,7 @@ from ukv.execution.ring import StagingRing, device_address
 if TYPE_CHECKING:
     from ukv import _core
     from ukv._tables import DeviceTables
+    from ukv.execution.continuation import DeviceLast
 
 try:
     from ukv.kernels import plan as _plan_k
@@ -130,12 +131,13 @@ class PackedExecutor(Executor):
             (tuple(constexprs[0][0].values()), tuple(constexprs[1][0].values())),
         )
 
-    def run(self, want_ids: bool = False, last: torch.Tensor | None = None) -> torch.Tensor | None:
+    def run(self, want_ids: bool = False, last: DeviceLast | None = None) -> torch.Tensor | None:
         """Execute the last plan.
 
         Args:
             want_ids: Return the allocation's ids as a new tensor on the pool's device.
-            last: ``last_loc`` on the device, for ids the core left relative to it.
+            last: ``last_loc`` on the device, for the tokens the core left as
+                continuations of it (checked and finished by the kernel).
 
         Returns:
             The ids (shape ``[N]``, int64) when ``want_ids``, else None.
@@ -226,6 +228,8 @@ class PackedExecutor(Executor):
             addr + 8 * layout[3],
             scratch,
             out.data_ptr() if has_tok and out is not None else scratch,
+            scratch,
+            scratch,
             moves,
             g.page_words,
             g.num_pages,
@@ -234,6 +238,9 @@ class PackedExecutor(Executor):
             num_tokens if has_tok else 0,
             tab_blocks,
             1,
+            1,
+            0,
+            0,
             *g.tails[has_tok],
         )
         return True, out
@@ -245,7 +252,7 @@ class PackedExecutor(Executor):
         section: tuple[int, int, int, int, int, int, int] | None,
         layout: tuple[Any, ...] | None,
         out: torch.Tensor | None,
-        last: torch.Tensor | None,
+        last: DeviceLast | None,
     ) -> None:
         """One launch: a sub-pool's moves and rows, plus the returned ids if ``layout``."""
         pool, src, dst, rows, vals, moves, num_rows = section or _NO_SECTION
@@ -255,7 +262,12 @@ class PackedExecutor(Executor):
         has_req = bool(num_tokens and layout is not None and layout[4] and last is not None)
         tab_blocks = -(-num_rows // BLOCK)
         grid = (moves + tab_blocks + -(-num_tokens // BLOCK), g.chunks if moves else 1)
-        last_t = last if has_req and last is not None else self._scratch
+        if has_req and last is not None:
+            last_t, check, err_t = last.loc, last.check, last.record.tensor
+            v2p_t, ps, id_lo, id_hi = check.v2p, check.page_size, check.id_lo, check.id_hi
+        else:
+            last_t = v2p_t = err_t = self._scratch
+            ps, id_lo, id_hi = 1, 0, 0
         out_t = out if num_tokens and out is not None else self._scratch
         stride = last_t.stride(0)
         has_tok = num_tokens > 0
@@ -286,8 +298,13 @@ class PackedExecutor(Executor):
                 addr + 8 * req,
                 last_t.data_ptr(),
                 out_t.data_ptr(),
+                v2p_t.data_ptr(),
+                err_t.data_ptr(),
                 *ints,
                 stride,
+                ps,
+                id_lo,
+                id_hi,
             )
 
         def jit_args() -> tuple[Any, ...]:
@@ -303,8 +320,13 @@ class PackedExecutor(Executor):
                 view[req:],
                 last_t,
                 out_t,
+                v2p_t,
+                err_t,
                 *ints,
                 stride,
+                ps,
+                id_lo,
+                id_hi,
             )
 
         self.kernel.launch(grid, self.index, key, args, jit_args, constexprs)

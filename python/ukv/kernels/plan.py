@@ -12,9 +12,13 @@ ranges: page pairs (each copying chunk ``program_id(1)`` of one page envelope, a
 id programs work only at chunk 0. The src and dst sets of a plan are disjoint and a row
 repeated in one plan carries one value, so no two programs race.
 
-Returned ids: ``out[i] = tokens[i]``, plus ``last_loc[req[i]]`` when ``HAS_REQ`` and
-``req[i] >= 0`` (``alloc_extend``/``alloc_decode`` with ``last_loc`` on the device: the
-core returns only the offset of tokens that continue a request's partial page).
+Returned ids: ``out[i] = tokens[i]``, except, when ``HAS_REQ`` and ``req[i] >= 0``
+(``alloc_extend``/``alloc_decode`` with ``last_loc`` on the device), a token continuing
+request ``r = req[i]``'s partial page: ``tokens[i] = k + page_size * e`` and the id is
+``last_loc[r] + k`` when ``last_loc[r]`` lies in ``[id_lo, id_hi)``, at in-page offset
+``e``, on a page whose ``v2p`` row is bound; otherwise 0 (the padding sink), counted in
+``err[0]`` with ``err[1]`` lowered to ``r << 32 | clamp(last_loc[r] + 1, 0, 2^32 - 1)``
+(see :mod:`ukv.execution.continuation`).
 """
 
 import triton
@@ -29,25 +33,54 @@ def write_ids_block(
     req_ptr,
     last_ptr,
     out_ptr,
+    v2p_ptr,
+    err_ptr,
     pid_block,
     num_tokens,
     stride_last,
+    page_size,
+    id_lo,
+    id_hi,
     HAS_REQ: tl.constexpr,
     TAB_BLOCK: tl.constexpr,
 ):
-    """Write returned ids ``[pid_block*TAB_BLOCK, ...)``, adding ``last_loc`` where asked."""
+    """Write returned ids ``[pid_block*TAB_BLOCK, ...)``, finishing continuations."""
     offs = pid_block.to(tl.int64) * TAB_BLOCK + tl.arange(0, TAB_BLOCK)
     mask = offs < num_tokens
-    ids = tl.load(tok_ptr + offs, mask=mask, other=0)
+    ids = tl.load(tok_ptr + offs, mask=mask, other=0).to(tl.int64)
     if HAS_REQ:
         req = tl.load(req_ptr + offs, mask=mask, other=-1).to(tl.int64)
         has_req = mask & (req >= 0)
-        base = tl.load(last_ptr + req * stride_last, mask=has_req, other=0).to(tl.int64)
-        ids = ids + base
+        last = tl.load(last_ptr + req * stride_last, mask=has_req, other=-1).to(tl.int64)
+        ps = page_size.to(tl.int64)
+        k = ids % ps
+        want = ids // ps
+        in_range = has_req & (last >= id_lo) & (last < id_hi)
+        page = tl.where(in_range, last // ps, 0)
+        bound = tl.load(v2p_ptr + page, mask=in_range, other=-1) >= 0
+        ok = in_range & bound & ((last % ps) == want) & (k >= 1)
+        bad = has_req & (ok == 0)
+        ids = tl.where(has_req, tl.where(ok, last + k, 0), ids)
+        n_bad = tl.sum(bad.to(tl.int64), axis=0)
+        if n_bad > 0:
+            value = tl.minimum(tl.maximum(last + 1, 0), 4294967295)
+            key = tl.where(bad, (req << 32) | value, 9223372036854775807)
+            tl.atomic_add(err_ptr, n_bad)
+            tl.atomic_min(err_ptr + 1, tl.min(key, axis=0))
     tl.store(out_ptr + offs, ids, mask=mask)
 
 
-@triton.jit(do_not_specialize=["num_pairs", "num_updates", "num_tokens", "num_tab_blocks"])
+@triton.jit(
+    do_not_specialize=[
+        "num_pairs",
+        "num_updates",
+        "num_tokens",
+        "num_tab_blocks",
+        "page_size",
+        "id_lo",
+        "id_hi",
+    ]
+)
 def apply_plan_kernel(
     buf_ptr,
     src_ptr,
@@ -59,6 +92,8 @@ def apply_plan_kernel(
     req_ptr,
     last_ptr,
     out_ptr,
+    v2p_ptr,
+    err_ptr,
     num_pairs,
     page_words,
     num_pages,
@@ -67,6 +102,9 @@ def apply_plan_kernel(
     num_tokens,
     num_tab_blocks,
     stride_last,
+    page_size,
+    id_lo,
+    id_hi,
     BLOCK: tl.constexpr,
     TILES: tl.constexpr,
     TAB_BLOCK: tl.constexpr,
@@ -112,9 +150,14 @@ def apply_plan_kernel(
                 req_ptr,
                 last_ptr,
                 out_ptr,
+                v2p_ptr,
+                err_ptr,
                 pid - num_pairs - num_tab_blocks,
                 num_tokens,
                 stride_last,
+                page_size,
+                id_lo,
+                id_hi,
                 HAS_REQ,
                 TAB_BLOCK,
             )

@@ -44,5 +44,6 @@ mod subpool;
 pub use arena::{Arena, ArenaConfig, DEFAULT_MAX_MOVES_PER_FLUSH};
 pub use error::{Result, UkvError};
 pub use geometry::{reserved_floor, Direction, Geometry, PoolSpec};
+pub use paged::continue_token;
 pub use plan::{PackedLayout, PackedPool, Plan, PoolPlan};
 pub use subpool::{PoolStats, SubPool, TOMBSTONE};

@@ -4,9 +4,13 @@
 //! Page counts come from host-side lengths only, so the caller never has to read device
 //! memory. The ids of tokens that continue a request's partial last page depend on that
 //! request's `last_loc` (the virtual id of its last existing token). When the caller has
-//! `last_loc` on the host it passes it and gets final ids; otherwise the plan carries, per
-//! output token, the request whose `last_loc` to add (`token_req`) and the offset to add
-//! it to (`tokens`), for the caller to finish on its device.
+//! `last_loc` on the host it passes it, the core checks it and the caller gets final ids.
+//! Otherwise the plan carries, per output token, the request whose `last_loc` it continues
+//! (`token_req`) and an encoded continuation (`tokens`): the distance `k >= 1` from
+//! `last_loc` plus `page_size` times the in-page offset `last_loc` must have. The caller
+//! finishes such tokens on its device with [`continue_token`], which also rejects a
+//! `last_loc` that cannot be the request's last token (-1, the padding page, out of range,
+//! or at another in-page offset) without anyone reading device memory on the host.
 
 use crate::arena::Arena;
 use crate::error::{Result, UkvError};
@@ -85,7 +89,11 @@ impl Arena {
             // Part 1: the free tail of the prefix's last page continues after last_loc
             // (final ids with a host last_loc, else offsets tagged with the request).
             let tail_end = pre.saturating_add((ps - pre % ps) % ps).min(seq);
-            let offset = last_loc.map_or(0, |l| l[r]);
+            let offset = match last_loc {
+                Some(l) => l[r],
+                // Only read when tail_end > pre, i.e. pre % ps != 0 (so pre >= 1).
+                None => encode_offset(pre - 1, ps),
+            };
             plan.tokens.extend((1..=tail_end - pre).map(|k| offset + k));
             if last_loc.is_none() {
                 let len = plan.token_req.len() + (tail_end - pre) as usize;
@@ -174,7 +182,7 @@ impl Arena {
             let (token, req) = match ((seq - 1) % ps == 0, last_loc) {
                 (true, _) => (pages.next().map_or(0, |&p| p * ps), -1),
                 (false, Some(l)) => (l[r] + 1, -1),
-                (false, None) => (1, r as i64),
+                (false, None) => (encode_offset(seq - 2, ps) + 1, r as i64),
             };
             plan.tokens.push(token);
             if last_loc.is_none() {
@@ -225,6 +233,36 @@ impl Arena {
     }
 }
 
+/// The part of an encoded continuation that names where `last_loc` must sit: `page_size`
+/// times the in-page offset of position `last_pos` (the request's last existing token).
+fn encode_offset(last_pos: i64, ps: i64) -> i64 {
+    (last_pos % ps) * ps
+}
+
+/// Finish a token that continues a request's partial page (`token_req[i] >= 0`): its id is
+/// `last_loc + k`, where `encoded = k + page_size * e`, `1 <= k < page_size`, and `last_loc`
+/// must sit at in-page offset `e` of a real page of a pool whose virtual pages are
+/// `[min_page, num_pages)`. Returns `None` when `last_loc` cannot be that request's last
+/// token (negative, in the padding page, past the id space, or at another offset). A stale
+/// `last_loc` that passes these checks (a live page at the same offset) is not detectable
+/// from the plan alone; callers on a device also check that its page is bound.
+#[must_use]
+pub fn continue_token(
+    encoded: i64,
+    last_loc: i64,
+    page_size: i64,
+    min_page: i64,
+    num_pages: i64,
+) -> Option<i64> {
+    if page_size < 2 || last_loc < 0 {
+        return None;
+    }
+    let (k, e) = (encoded % page_size, encoded / page_size);
+    let page = last_loc / page_size;
+    let ok = k >= 1 && page >= min_page && page < num_pages && last_loc % page_size == e;
+    ok.then(|| last_loc + k)
+}
+
 /// `ceil(a / b)` for `a >= 0`, `b > 0`, without overflowing near `i64::MAX`.
 fn ceil_div(a: i64, b: i64) -> i64 {
     a / b + i64::from(a % b != 0)
@@ -239,4 +277,22 @@ fn check_same_len(arg: &'static str, got: usize, want: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::continue_token;
+
+    #[test]
+    fn continuations_accept_only_a_last_loc_at_its_offset_in_a_real_page() {
+        // Page size 8, real pages [1, 10): the request's last token sits at offset 4.
+        let enc = 4 * 8 + 2;
+        assert_eq!(continue_token(enc, 3 * 8 + 4, 8, 1, 10), Some(3 * 8 + 6));
+        for bad in [-1, 4, 3 * 8 + 3, 3 * 8 + 5, 10 * 8 + 4, i64::MIN, i64::MAX] {
+            assert_eq!(continue_token(enc, bad, 8, 1, 10), None, "last_loc {bad}");
+        }
+        // No continuation at page size 1, and none with a zero distance.
+        assert_eq!(continue_token(1, 5, 1, 1, 10), None);
+        assert_eq!(continue_token(4 * 8, 3 * 8 + 4, 8, 1, 10), None);
+    }
 }

@@ -117,10 +117,11 @@ impl PoolPlan {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// Virtual token ids handed out by an allocation, in order. For `alloc_extend` /
-    /// `alloc_decode` without host `last_loc`, an entry is only the part to add to
-    /// `last_loc[token_req[i]]` when `token_req[i] >= 0`.
+    /// `alloc_decode` without host `last_loc`, an entry with `token_req[i] >= 0` is not an
+    /// id but the encoded continuation of that request's `last_loc`, which
+    /// [`continue_token`](crate::continue_token) turns into the id (or rejects).
     pub tokens: Vec<i64>,
-    /// For token-level allocation: the request whose `last_loc` must be added to
+    /// For token-level allocation: the request whose `last_loc` continues into
     /// `tokens[i]`, or -1. Empty when every token is final.
     pub token_req: Vec<i64>,
     /// Virtual pages bound by the operation, in order.

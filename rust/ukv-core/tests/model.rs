@@ -902,7 +902,10 @@ impl Model {
                 }
                 if page < 0 {
                     // Still inside the prefix's partial last page.
-                    pred.tokens.push(pos - a + 1 + last.map_or(0, |l| l[r]));
+                    // With a host last_loc the final id; else the encoded continuation
+                    // (distance plus page_size times last_loc's expected in-page offset).
+                    let base = last.map_or(((a - 1) % ps) * ps, |l| l[r]);
+                    pred.tokens.push(pos - a + 1 + base);
                     pred.token_req.push(r as i64);
                 } else {
                     pred.tokens.push(page * ps + pos % ps);
@@ -2077,16 +2080,7 @@ impl Harness {
         seq: &[i64],
         last: &[i64],
     ) {
-        let plan = self.arena.plan();
-        let resolved: Vec<i64> = if plan.token_req.is_empty() {
-            plan.tokens.clone()
-        } else {
-            plan.tokens
-                .iter()
-                .zip(&plan.token_req)
-                .map(|(&t, &r)| if r >= 0 { t + last[r as usize] } else { t })
-                .collect()
-        };
+        let resolved = common::finish_tokens(&self.arena, i, last);
         let mut at = 0;
         for (r, k) in chosen.iter().enumerate() {
             let n = (seq[r] - pre[r]) as usize;

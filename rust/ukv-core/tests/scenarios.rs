@@ -710,14 +710,9 @@ fn paged_alloc_extend_matches_naive_reference() {
     let mut b = paged(16, 8);
     assert!(b.alloc_tokens(0, 16).unwrap());
     assert!(b.alloc_extend(0, &[5, 8, 0], &[20, 9, 3], None).unwrap());
-    let resolved: Vec<i64> = b
-        .plan()
-        .tokens
-        .iter()
-        .zip(&b.plan().token_req)
-        .map(|(&t, &r)| if r >= 0 { t + last[r as usize] } else { t })
-        .collect();
-    assert_eq!(resolved, want);
+    assert_eq!(common::finish_tokens(&b, 0, &last), want);
+    // The continuation names last_loc's in-page offset (4) above the distance (1..=3).
+    assert_eq!(&b.plan().tokens[..3], &[4 * 8 + 1, 4 * 8 + 2, 4 * 8 + 3]);
     assert_eq!(&b.plan().token_req[..3], &[0, 0, 0]);
     assert!(b.plan().token_req[3..].iter().all(|&r| r == -1));
 }
