@@ -112,8 +112,9 @@ def test_bad_device_last_loc_goes_to_the_sink_and_is_reported(device: str, bad: 
         fa.free(gone)
     a_bytes = torch.arange(6 * 4, dtype=torch.float32).view(6, 1, 4) + 100
     b_bytes = torch.arange(3 * 4, dtype=torch.float32).view(3, 1, 4) + 500
-    pool.set_kv("full", 0, a.to(device), a_bytes.to(device), a_bytes.to(device))
-    pool.set_kv("full", 0, b.to(device), b_bytes.to(device), b_bytes.to(device))
+    put = fa.translate_kv_loc
+    pool.set_kv("full", 0, put(a.to(device)), a_bytes.to(device), a_bytes.to(device))
+    pool.set_kv("full", 0, put(b.to(device)), b_bytes.to(device), b_bytes.to(device))
     # A continues with a bad last_loc (2 continuing tokens, then a new page); B is fine.
     got = _extend(fa, [6, 3], [11, 4], [bad, int(b[2])])
     assert got is not None
@@ -123,7 +124,7 @@ def test_bad_device_last_loc_goes_to_the_sink_and_is_reported(device: str, bad: 
     assert ids[5] == int(b[2]) + 1
     # Writing K/V for every returned id spares request A's and B's existing tokens.
     new = torch.full((6, 1, 4), -7.0)
-    pool.set_kv("full", 0, got, new.to(device), new.to(device))
+    pool.set_kv("full", 0, put(got), new.to(device), new.to(device))
     k = pool.get_cpu_copy("full", torch.cat([a, b]).to(device))[0]
     assert torch.equal(k[:6], a_bytes) and torch.equal(k[6:], b_bytes)
     with pytest.raises(ukv.InvalidIdError, match=rf"last_loc = {bad} \(request 0\)") as err:
