@@ -1,9 +1,11 @@
 """Soak through the public API on a real pool (CUDA on the GPU machine; CPU for a smoke run).
 
-A seeded mix of token allocs (device and host ids), ``set_kv`` of a per-token stamp through
+A seeded mix of token allocs (device and host ids), requests growing by ``alloc_decode`` /
+``alloc_extend`` with ``last_loc`` on the device, ``set_kv`` of a per-token stamp through
 ``translate_kv_loc``, frees of device and host ids, free groups, state-slot allocs with a
 stamp written into the temporal state, state copies (``ops.copy_slots``) and frees, lazy
-flushes. Every ``--check-every`` operations: ``check_invariants``, every held token's K row
+flushes. Every ``--check-every`` operations: ``check_invariants``, ``check_device_errors``
+(no device ``last_loc`` may have failed), every held token's K row
 and every held state read back through translation and compared with its stamp (compaction
 moved them in between), and the process's device memory and RSS recorded. At the end
 everything is freed and the pool must drain to empty. Writes ``soak.md``/``soak.json`` under
@@ -76,14 +78,14 @@ def run(
     rng = random.Random(seed)
     tokens: list[tuple[torch.Tensor, float]] = []  # host ids, stamp
     states: list[tuple[int, float]] = []
-    counts = dict.fromkeys(
-        ("alloc", "set_kv", "free dev", "free host", "group", "state", "copy", "flush", "none"), 0
-    )
+    kinds = "alloc grow set_kv free_dev free_host group state copy flush none"
+    counts = dict.fromkeys(kinds.split(), 0)
     samples: list[dict[str, Any]] = []
     t0 = time.perf_counter()
 
     def check(at: int) -> None:
         pool.check_invariants()
+        pool.check_device_errors()  # every device last_loc given was valid
         if tokens:
             ids = torch.cat([t for t, _ in tokens])
             want = torch.cat([torch.full((len(t),), s) for t, s in tokens])
@@ -117,26 +119,43 @@ def run(
             r = 0.34 + 0.66 * rng.random()
         if r < 0.34:
             host = rng.random() < 0.5
-            ids = a.alloc(page_size * rng.randint(1, 4), host=host)
+            grown = rng.randrange(len(tokens)) if tokens and rng.random() < 0.4 else None
+            if grown is None:
+                ids = a.alloc(page_size * rng.randint(1, 4), host=host)
+                s = _stamp(op)
+            else:
+                # A request grows by decode or extend with last_loc on the device: the
+                # kernel finishes (and checks) the tokens continuing its partial page.
+                held, s = tokens[grown]
+                n = rng.randint(1, 3)
+                pre, seq = torch.tensor([len(held)]), torch.tensor([len(held) + n])
+                last = held[-1:].to(dev)
+                if n == 1:
+                    ids = a.alloc_decode(seq.to(dev), seq, last)
+                else:
+                    ids = a.alloc_extend(pre.to(dev), pre, seq.to(dev), seq, last, n)
             if ids is None:
                 counts["none"] += 1
             else:
-                s = _stamp(op)
                 phys = a.translate_kv_loc(ids.to(dev))
                 kv = torch.full((len(ids), HEADS, DIM), s, dtype=torch.bfloat16, device=dev)
                 for layer in (0, 1):
                     pool.set_kv("full", layer, phys, kv, kv)
-                tokens.append((ids.cpu() if not host else ids, s))
-                counts["alloc"] += 1
+                if grown is None:
+                    tokens.append((ids.cpu(), s))
+                    counts["alloc"] += 1
+                else:
+                    tokens[grown] = (torch.cat([tokens[grown][0], ids.cpu()]), s)
+                    counts["grow"] += 1
                 counts["set_kv"] += 1
         elif r < 0.62 and tokens:
             ids, _ = tokens.pop(rng.randrange(len(tokens)))
             if rng.random() < 0.5:
                 a.free(ids.to(dev))
-                counts["free dev"] += 1
+                counts["free_dev"] += 1
             else:
                 a.free(ids)
-                counts["free host"] += 1
+                counts["free_host"] += 1
         elif r < 0.66 and len(tokens) > 3:
             a.free_group_begin()
             for _ in range(3):
