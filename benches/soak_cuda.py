@@ -58,15 +58,17 @@ def run(
     check_every: int,
     seed: int,
     progress: Path | None = None,
+    total_kib: int = 4096,
 ) -> dict:
-    """One soak; returns its summary (and raises AssertionError on any lost byte). Each
-    check's sample is appended to ``progress`` (JSON lines) when given."""
+    """One soak on a pool of ``total_kib`` KiB; returns its summary (and raises
+    AssertionError on any lost byte). Each check's sample is appended to ``progress`` (JSON
+    lines) when given."""
     full = ukv.MHASpec("full", 2, HEADS, DIM, torch.bfloat16, grow="up")
     mamba = ukv.MambaSpec(
         "mamba", 2, ((4, 8),), torch.bfloat16, (2, 4, 4), torch.float32, grow="down"
     )
     hp = ukv.build_mamba_hybrid(
-        full, mamba, total_bytes=4 << 20, max_context_len=256, page_size=page_size,
+        full, mamba, total_bytes=total_kib << 10, max_context_len=256, page_size=page_size,
         device=device, lazy=lazy,
     )  # fmt: skip
     pool, a = hp.pool, hp.allocator
@@ -205,7 +207,7 @@ def run(
     last = samples[-1]
     return {
         "device": str(dev), "lazy": lazy, "page_size": page_size, "ops": ops,
-        "seconds": round(time.perf_counter() - t0, 1), "checks": len(samples), "counts": counts,
+        "total_kib": total_kib, "seconds": round(time.perf_counter() - t0, 1), "checks": len(samples), "counts": counts,
         "pages_moved": last["pages_moved"], "drained": drained,
         "rss_mib_from_fifth_to_end": [first["rss_mib"], last["rss_mib"]],
         "cuda_mib_from_fifth_to_end": [first["cuda_mib"], last["cuda_mib"]],
@@ -250,13 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--modes", nargs="+", default=["eager", "lazy"], choices=["eager", "lazy"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--total-kib", type=int, default=4096, help="pool size (128: the pool runs full)"
+    )
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args(argv)
     results: list[dict] = []
     for mode in args.modes:
         args.out.mkdir(parents=True, exist_ok=True)
         res = run(args.device, args.ops, mode == "lazy", args.page_size, args.check_every,
-                  args.seed, args.out / "soak-progress.jsonl")  # fmt: skip
+                  args.seed, args.out / "soak-progress.jsonl", args.total_kib)  # fmt: skip
         results.append(res)
         _write(args.out, results, ["benches/soak_cuda.py", *(argv or sys.argv[1:])])
         print({k: v for k, v in res.items() if k != "samples"}, flush=True)
