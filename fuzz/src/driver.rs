@@ -30,9 +30,7 @@
 
 use std::collections::HashSet;
 
-use ukv_core::{
-    continue_token, Arena, ArenaConfig, Direction, Plan, PoolSpec, UkvError, TOMBSTONE,
-};
+use ukv_core::{Arena, ArenaConfig, Direction, Plan, PoolSpec, UkvError, TOMBSTONE};
 
 /// Operations run per input at most (the fuzzer's inputs end long before, usually).
 pub const MAX_STEPS: usize = 4096;
@@ -969,26 +967,15 @@ impl Harness {
     }
 
     /// The plan's token ids on pool `i`, continuations finished from `last` as a device
-    /// would ([`continue_token`]; a valid `last` must never be rejected).
+    /// would ([`Arena::finish_tokens`]; a valid `last` must never be rejected).
     fn resolve_tokens(&self, i: usize, last: &[i64]) -> Vec<i64> {
         let plan = self.arena.plan();
-        if plan.token_req.is_empty() {
-            return plan.tokens.clone();
+        if !plan.token_req.is_empty() {
+            assert_eq!(plan.token_req.len(), plan.tokens.len(), "token_req length");
         }
-        assert_eq!(plan.token_req.len(), plan.tokens.len(), "token_req length");
-        let g = self.arena.pool(i).geometry();
-        let ps = g.page_size as i64;
-        plan.tokens
-            .iter()
-            .zip(&plan.token_req)
-            .map(|(&t, &r)| {
-                if r < 0 {
-                    return t;
-                }
-                let l = last[r as usize];
-                continue_token(t, l, ps, g.min_virtual_page, g.num_virtual_pages)
-                    .unwrap_or_else(|| panic!("valid last_loc {l} (request {r}) rejected"))
-            })
+        let done = self.arena.finish_tokens(i, last).expect("owner pool");
+        done.into_iter()
+            .map(|t| t.expect("a valid last_loc rejected"))
             .collect()
     }
 

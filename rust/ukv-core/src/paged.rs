@@ -220,6 +220,32 @@ impl Arena {
         Ok(())
     }
 
+    /// The last plan's token ids on owner pool `i`, each continuation finished from
+    /// `last_loc` the way a device finishes it: `None` where [`continue_token`] rejects the
+    /// request's `last_loc` (or `last_loc` has no entry for it). For callers that keep
+    /// `last_loc` on the host after an allocation made without it, and for tests.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a bad pool index.
+    pub fn finish_tokens(&self, i: usize, last_loc: &[i64]) -> Result<Vec<Option<i64>>> {
+        let geo = self.try_pool(i)?.geometry();
+        let ps = geo.page_size as i64;
+        let plan = &self.plan;
+        let reqs = plan.token_req.iter().copied().chain(std::iter::repeat(-1));
+        Ok(plan
+            .tokens
+            .iter()
+            .zip(reqs)
+            .map(|(&t, r)| {
+                if r < 0 {
+                    return Some(t);
+                }
+                let last = *last_loc.get(r as usize)?;
+                continue_token(t, last, ps, geo.min_virtual_page, geo.num_virtual_pages)
+            })
+            .collect())
+    }
+
     pub(crate) fn require_owner_pub(&self, i: usize, op: &str) -> Result<()> {
         let pool = self.try_pool(i)?;
         if !pool.is_id_owner() {

@@ -713,6 +713,16 @@ fn paged_alloc_extend_matches_naive_reference() {
     assert_eq!(common::finish_tokens(&b, 0, &last), want);
     // The continuation names last_loc's in-page offset (4) above the distance (1..=3).
     assert_eq!(&b.plan().tokens[..3], &[4 * 8 + 1, 4 * 8 + 2, 4 * 8 + 3]);
+    // A missing, -1 or wrong-offset last_loc leaves those three unfinished, nothing else.
+    for bad in [&[][..], &[-1, 0, 0], &[r0 * 8 + 3, 0, 0]] {
+        let done = b.finish_tokens(0, bad).unwrap();
+        assert!(done[..3].iter().all(Option::is_none));
+        assert_eq!(
+            done[3..].iter().map(|t| t.unwrap()).collect::<Vec<_>>(),
+            want[3..]
+        );
+    }
+    assert!(b.finish_tokens(9, &last).is_err());
     assert_eq!(&b.plan().token_req[..3], &[0, 0, 0]);
     assert!(b.plan().token_req[3..].iter().all(|&r| r == -1));
 }

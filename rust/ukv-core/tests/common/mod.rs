@@ -2,7 +2,7 @@
 //! file uses every helper).
 #![allow(dead_code)]
 
-use ukv_core::{continue_token, Arena, Direction, PoolSpec};
+use ukv_core::{Arena, Direction, PoolSpec};
 
 /// A pool spec: `entry` bytes per entry, page size `ps`, growing in `dir`; `owner` is the
 /// pool whose virtual ids it binds (None: it mints its own).
@@ -17,26 +17,17 @@ pub fn spec(name: &str, entry: u64, ps: u64, dir: Direction, owner: Option<usize
 }
 
 /// The last plan's token ids on owner pool `i`, continuations finished from `last` the way
-/// a device finishes them ([`continue_token`]); panics when one rejects its `last_loc`.
+/// a device finishes them ([`Arena::finish_tokens`]); panics when one rejects its `last_loc`.
 pub fn finish_tokens(a: &Arena, i: usize, last: &[i64]) -> Vec<i64> {
     let plan = a.plan();
-    if plan.token_req.is_empty() {
-        return plan.tokens.clone();
-    }
-    assert_eq!(plan.token_req.len(), plan.tokens.len(), "token_req length");
-    let g = a.pool(i).geometry();
-    let ps = g.page_size as i64;
-    plan.tokens
-        .iter()
-        .zip(&plan.token_req)
-        .map(|(&t, &r)| {
-            if r < 0 {
-                return t;
-            }
-            let l = last[r as usize];
-            continue_token(t, l, ps, g.min_virtual_page, g.num_virtual_pages)
-                .unwrap_or_else(|| panic!("last_loc {l} of request {r} rejected (token {t})"))
-        })
+    assert!(
+        plan.token_req.is_empty() || plan.token_req.len() == plan.tokens.len(),
+        "token_req length"
+    );
+    let done = a.finish_tokens(i, last).expect("owner pool");
+    done.iter()
+        .zip(&plan.tokens)
+        .map(|(t, enc)| t.unwrap_or_else(|| panic!("a last_loc rejected (token {enc})")))
         .collect()
 }
 
