@@ -683,8 +683,16 @@ impl Arena {
     /// that binds them (taking them out of that pool's open free group if they are queued
     /// there): no pool keeps a binding of an id its owner no longer holds.
     pub(crate) fn release_everywhere(&mut self, i: usize, pages: &[i64]) {
+        self.release_dependents(i, pages, None);
+        self.pools[i].release(pages, &mut self.plan.pools[i]);
+    }
+
+    /// The first half of [`Arena::release_everywhere`]: release these pages of owner `i`
+    /// on every pool that binds them (`skip` excepted), dropping them from that pool's
+    /// open free group.
+    pub(crate) fn release_dependents(&mut self, i: usize, pages: &[i64], skip: Option<usize>) {
         for j in 0..self.pools.len() {
-            if self.pools[j].owner != Some(i) {
+            if self.pools[j].owner != Some(i) || skip == Some(j) {
                 continue;
             }
             let dep = &mut self.pools[j];
@@ -708,7 +716,6 @@ impl Arena {
             }
             dep.release(&bound, &mut self.plan.pools[j]);
         }
-        self.pools[i].release(pages, &mut self.plan.pools[i]);
     }
 
     /// Hot path of [`Arena::free`]: one token, no free group open (a request's single page
@@ -816,7 +823,8 @@ impl Arena {
     }
 
     /// Declare the virtual tokens the in-flight forward `token` writes on pool `i`; a
-    /// non-urgent flush will not move those pages until `token` is retired.
+    /// non-urgent flush will not move those pages until `token` is retired. The sets of
+    /// every unretired forward block together (overlapped forwards).
     ///
     /// # Errors
     /// [`UkvError::Argument`] for a bad pool index.

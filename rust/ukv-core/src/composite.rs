@@ -282,6 +282,70 @@ impl Arena {
         Ok(())
     }
 
+    /// Open the free groups of both sides of a SWA pair as one operation: both are checked
+    /// closed before either opens.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] when either side already has a group open, or for a pair that
+    /// is not a SWA pair. Nothing changes on error.
+    pub fn swa_free_group_begin(&mut self, full: usize, swa: usize) -> Result<()> {
+        self.check_swa_pair(full, swa)?;
+        for i in [full, swa] {
+            if self.pools[i].group.is_some() {
+                return Err(UkvError::Argument {
+                    arg: "free_group_begin",
+                    value: self.pools[i].name.clone(),
+                    reason: "a free group is already open on this sub-pool".into(),
+                });
+            }
+        }
+        self.free_group_begin(full)?;
+        self.free_group_begin(swa)
+    }
+
+    /// Close the free groups of both sides of a SWA pair in ONE plan: the SWA side releases
+    /// what `free_swa` queued there together with the bindings of the ids the full side
+    /// queued, and the full side releases its ids. (Closing the two groups as two
+    /// operations would leave only the second one's moves in the plan.)
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] when either side has no group open, or for a pair that is
+    /// not a SWA pair. Nothing changes on error.
+    pub fn swa_free_group_end(&mut self, full: usize, swa: usize) -> Result<()> {
+        self.check_swa_pair(full, swa)?;
+        for i in [full, swa] {
+            if self.pools[i].group.is_none() {
+                return Err(UkvError::Argument {
+                    arg: "free_group_end",
+                    value: self.pools[i].name.clone(),
+                    reason: "no free group is open on this sub-pool".into(),
+                });
+            }
+        }
+        let (Some(fg), Some(sg)) = (self.pools[full].group.take(), self.pools[swa].group.take())
+        else {
+            unreachable!("both groups were checked open");
+        };
+        self.pools[full].update_plain_free();
+        self.pools[swa].update_plain_free();
+        self.plan.reset();
+        let mut swa_pages = sg.pages;
+        let s = &self.pools[swa];
+        swa_pages.extend(
+            fg.pages
+                .iter()
+                .copied()
+                .filter(|v| s.v2p[*v as usize] != TOMBSTONE && !sg.set.contains(v)),
+        );
+        self.pools[swa].release(&swa_pages, &mut self.plan.pools[swa]);
+        // Any other pool binding full's ids releases them as a plain free would.
+        self.release_dependents(full, &fg.pages, Some(swa));
+        self.pools[full].release(&fg.pages, &mut self.plan.pools[full]);
+        self.relink();
+        self.finish_plan();
+        Ok(())
+    }
+
     /// Release validated live pages of pool `i`, or queue them in its open free group.
     fn release_or_queue(&mut self, i: usize, pages: &[i64]) {
         if pages.is_empty() {

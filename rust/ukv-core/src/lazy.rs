@@ -76,8 +76,7 @@ impl SubPool {
                 waits.push(t);
             }
         }
-        self.write_set.clear();
-        self.write_token = None;
+        self.write_sets.clear();
     }
 
     fn sort_holes(&mut self) {
@@ -174,11 +173,12 @@ impl SubPool {
         moves
     }
 
-    /// Physical pages the in-flight forward writes, sorted.
+    /// Physical pages any unretired forward writes, sorted.
     fn physical_write_set(&self) -> Vec<i64> {
         let mut out: Vec<i64> = self
-            .write_set
+            .write_sets
             .iter()
+            .flat_map(|(_, set)| set.iter())
             .map(|&v| self.v2p[v as usize])
             .filter(|&p| p != TOMBSTONE)
             .collect();
@@ -256,23 +256,22 @@ impl SubPool {
                 i += 1;
             }
         }
-        if self.write_token == Some(token) {
-            self.write_set.clear();
-            self.write_token = None;
-        }
+        self.write_sets.retain(|(t, _)| *t != token);
     }
 
-    /// Record the virtual tokens an in-flight forward writes (padding and out-of-range
-    /// entries are ignored: they land in the sink).
+    /// Record the virtual tokens the in-flight forward `token` writes (padding and
+    /// out-of-range entries are ignored: they land in the sink). Sets of other unretired
+    /// forwards stay; a second report for the same token replaces its set.
     pub(crate) fn set_write_set(&mut self, token: u64, tokens: &[i64]) {
         let ps = self.geo.page_size as i64;
-        self.write_set.clear();
-        self.write_set.extend(
-            tokens
-                .iter()
-                .filter(|&&t| t >= 0 && t / ps < self.geo.num_virtual_pages)
-                .map(|&t| t / ps),
-        );
-        self.write_token = Some(token);
+        let pages: Vec<i64> = tokens
+            .iter()
+            .filter(|&&t| t >= 0 && t / ps < self.geo.num_virtual_pages)
+            .map(|&t| t / ps)
+            .collect();
+        match self.write_sets.iter_mut().find(|(t, _)| *t == token) {
+            Some((_, set)) => *set = pages,
+            None => self.write_sets.push((token, pages)),
+        }
     }
 }

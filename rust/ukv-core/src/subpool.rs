@@ -74,9 +74,9 @@ pub struct SubPool {
     /// Lazy mode: vacated pages that become holes once their token completes.
     pub(crate) pending: Vec<PendingBatch>,
     pub(crate) pending_pages: usize,
-    /// Virtual pages an in-flight forward writes, and its completion token.
-    pub(crate) write_set: Vec<i64>,
-    pub(crate) write_token: Option<u64>,
+    /// Virtual pages each unretired forward writes, by completion token: a non-urgent
+    /// flush moves none of their union (overlapped forwards each have their own set).
+    pub(crate) write_sets: Vec<(u64, Vec<i64>)>,
     /// Free group: queued virtual pages, or None outside a group.
     pub(crate) group: Option<FreeGroup>,
     /// Generation-stamped marks over virtual pages, for duplicate detection without allocation.
@@ -119,8 +119,7 @@ impl SubPool {
             holes: VecDeque::new(),
             pending: Vec::new(),
             pending_pages: 0,
-            write_set: Vec::new(),
-            write_token: None,
+            write_sets: Vec::new(),
             group: None,
             marks: table(spec, virt + 1, 0)?,
             mark_gen: 0,
@@ -155,8 +154,7 @@ impl SubPool {
         self.holes.clear();
         self.pending.clear();
         self.pending_pages = 0;
-        self.write_set.clear();
-        self.write_token = None;
+        self.write_sets.clear();
         self.group = None;
         self.update_plain_free();
     }

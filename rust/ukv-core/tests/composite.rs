@@ -531,3 +531,75 @@ fn shortage_report_says_how_many_full_pages_to_release() {
         Err(UkvError::Argument { .. })
     ));
 }
+
+// ----- review round 3, C1: free_swa inside a free group ------------------------------------
+
+/// Closing the pair's groups is one operation with one plan: the SWA side's compaction moves
+/// (from `free_swa` queued in the group) are in the plan together with the full side's.
+#[test]
+fn swa_free_group_end_keeps_both_sides_moves_in_one_plan() {
+    for lazy in [false, true] {
+        let mut a = swa_pair(32, 16, 1, lazy);
+        let ids = swa_alloc(&mut a, 8);
+        let expect = {
+            let mut b = swa_pair(32, 16, 1, lazy);
+            swa_alloc(&mut b, 8);
+            b.swa_free_nonowner(FULL, SWA, &ids[..4]).unwrap();
+            b.plan().pools[SWA].clone()
+        };
+        a.swa_free_group_begin(FULL, SWA).unwrap();
+        a.swa_free_nonowner(FULL, SWA, &ids[..4]).unwrap();
+        assert!(
+            a.plan().pools[SWA].src.is_empty(),
+            "queued in the group, not released"
+        );
+        a.swa_free_group_end(FULL, SWA).unwrap();
+        assert_eq!(a.plan().pools[SWA].src, expect.src, "lazy={lazy}");
+        assert_eq!(a.plan().pools[SWA].v2p_rows, expect.v2p_rows, "lazy={lazy}");
+        for &v in &ids[..4] {
+            assert_eq!(phys(&a, SWA, v), TOMBSTONE);
+            assert!(phys(&a, FULL, v) > 0, "the ids stay live on full");
+        }
+        a.check_invariants().unwrap();
+    }
+}
+
+/// A group freeing full ids and window ids together releases each SWA page once.
+#[test]
+fn swa_free_group_end_releases_a_page_queued_on_both_sides_once() {
+    let mut a = swa_pair(32, 16, 1, false);
+    let ids = swa_alloc(&mut a, 8);
+    a.swa_free_group_begin(FULL, SWA).unwrap();
+    a.swa_free_nonowner(FULL, SWA, &ids[..4]).unwrap();
+    a.swa_free(FULL, SWA, &ids[2..6]).unwrap();
+    a.swa_free_group_end(FULL, SWA).unwrap();
+    a.check_invariants().unwrap();
+    for &v in &ids[..6] {
+        assert_eq!(phys(&a, SWA, v), TOMBSTONE);
+    }
+    for &v in &ids[..2] {
+        assert!(phys(&a, FULL, v) > 0);
+    }
+    for &v in &ids[2..6] {
+        assert_eq!(phys(&a, FULL, v), TOMBSTONE);
+    }
+    assert_eq!(a.pool(SWA).live_pages(), 2);
+}
+
+/// Both sides are checked before either changes: a group open on one side only is refused
+/// by both the pair's begin and end, and nothing changes.
+#[test]
+fn swa_group_boundaries_check_both_sides_first() {
+    let mut a = swa_pair(32, 16, 1, false);
+    let ids = swa_alloc(&mut a, 8);
+    a.free_group_begin(SWA).unwrap();
+    assert!(a.swa_free_group_begin(FULL, SWA).is_err());
+    assert!(!a.in_free_group(FULL), "the full side must not have opened");
+    a.swa_free_nonowner(FULL, SWA, &ids[..4]).unwrap();
+    assert!(a.swa_free_group_end(FULL, SWA).is_err());
+    assert!(a.in_free_group(SWA), "the SWA group must still be open");
+    for &v in &ids[..4] {
+        assert!(phys(&a, SWA, v) > 0, "nothing released by the refused call");
+    }
+    a.check_invariants().unwrap();
+}

@@ -1044,6 +1044,34 @@ fn lazy_non_urgent_stops_at_write_set_blocker() {
     a.check_invariants().unwrap();
 }
 
+/// Review round 3, C5: two overlapped forwards each report their own write set; a
+/// non-urgent flush must move neither forward's pages (it used to keep only the newest set).
+#[test]
+fn lazy_non_urgent_protects_every_unretired_write_set() {
+    let mut a = full_mamba(64, 16, true);
+    let x = alloc(&mut a, FULL, 6);
+    free(&mut a, FULL, &x[1..3]);
+    a.set_latest_token(Some(1));
+    a.set_inflight_writes(FULL, 1, &x[5..]).unwrap(); // forward N: the topmost survivor
+    a.set_latest_token(Some(2));
+    a.set_inflight_writes(FULL, 2, &x[3..4]).unwrap(); // forward N+1: another page
+    assert_eq!(
+        a.flush(false),
+        0,
+        "the topmost survivor is N's: nothing may move"
+    );
+    a.retire_token(1);
+    // N retired: its page may move now, N+1's still may not.
+    let (p5, p3) = (phys(&a, FULL, x[5]), phys(&a, FULL, x[3]));
+    assert_eq!(a.flush(false), 2);
+    let m = moves(a.plan(), FULL);
+    assert_eq!(m[0].0, p5, "N's page is the first to move once N retired");
+    assert!(m.iter().all(|&(src, _)| src != p3), "N+1's page must stay");
+    assert_eq!(phys(&a, FULL, x[3]), p3);
+    a.retire_token(2);
+    a.check_invariants().unwrap();
+}
+
 #[test]
 fn lazy_urgent_waits_for_the_write_set_instead() {
     let mut a = full_mamba(64, 16, true);

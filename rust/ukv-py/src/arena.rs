@@ -425,6 +425,16 @@ impl PyArena {
         self.call(|a| a.swa_free(full, swa, tokens))
     }
 
+    /// Open both sides' free groups (both checked closed first).
+    fn swa_free_group_begin(&mut self, full: usize, swa: usize) -> PyResult<()> {
+        self.call(|a| a.swa_free_group_begin(full, swa))
+    }
+
+    /// Close both sides' free groups in one plan (both checked open first).
+    fn swa_free_group_end(&mut self, full: usize, swa: usize) -> PyResult<()> {
+        self.call(|a| a.swa_free_group_end(full, swa))
+    }
+
     /// Free only the SWA side of these tokens' pages; the ids stay live on `full`.
     fn swa_free_nonowner(
         &mut self,
