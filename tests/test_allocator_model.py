@@ -85,8 +85,7 @@ class SideModel:
         self.free_ids: deque[int] = deque(range(self.min_page, self.num_pages))
         self.holes: list[int] = []
         self.pending: list[list] = []  # [token, pages]
-        self.write_set: list[int] = []
-        self.write_token: int | None = None
+        self.write_sets: dict[int, list[int]] = {}  # by forward token: every one blocks
         self.group: list[int] | None = None
 
     # ----- geometry of the band
@@ -294,19 +293,22 @@ class ArenaModel:
         if not any(s.lazy for s in self.sides):
             return 0
         self.retire_completed()
-        latest = self.latest
-        loc = self.write_locs.get(latest) if latest is not None else None
-        if loc is not None and not urgent:
-            for s in self.sides:
-                if s.paged:
-                    self.set_write_set(s, latest, loc)
-            self.write_locs.pop(latest)
-        return sum(self.flush_one(s, urgent) for s in self.sides)
+        if not urgent:
+            for token, loc in self.write_locs.items():
+                for s in self.sides:
+                    if s.paged:
+                        self.set_write_set(s, token, loc)
+            self.write_locs.clear()
+        # A non-urgent flush moves no state slot while any forward is unretired (it
+        # updates its batch's states in place; review round 3, C6).
+        states_blocked = not urgent and bool(self.events)
+        return sum(
+            self.flush_one(s, urgent) for s in self.sides if s.paged or not states_blocked
+        )
 
     @staticmethod
     def set_write_set(s: SideModel, token: int, tokens: list[int]) -> None:
-        s.write_set = [t // s.ps for t in tokens if t >= 0 and t // s.ps < s.num_pages]
-        s.write_token = token
+        s.write_sets[token] = [t // s.ps for t in tokens if t >= 0 and t // s.ps < s.num_pages]
 
     @staticmethod
     def _absorb(s: SideModel) -> None:
@@ -332,9 +334,14 @@ class ArenaModel:
             return 0
         if urgent:
             self.latest = None
-            s.write_set, s.write_token = [], None
-        # survivor walk: topmost survivors into the deepest holes
-        blockers = set() if urgent else {s.v2p[v] for v in s.write_set if v in s.v2p}
+            s.write_sets.clear()
+        # survivor walk: topmost survivors into the deepest holes; no page any unretired
+        # forward writes (the union of their sets; review round 3, C5)
+        blockers = (
+            set()
+            if urgent
+            else {s.v2p[v] for ws in s.write_sets.values() for v in ws if v in s.v2p}
+        )
         cap = float("inf") if urgent else self.max_moves
         n_holes = len(s.holes)
         step = -1 if s.up else 1
@@ -401,8 +408,7 @@ class ArenaModel:
                     s.holes.extend(batch[1])
                 else:
                     i += 1
-            if s.write_token == token:
-                s.write_set, s.write_token = [], None
+            s.write_sets.pop(token, None)
         if self.latest == token:
             self.latest = None
 

@@ -30,8 +30,17 @@ def test_error_classes_are_shared_with_the_native_module(name) -> None:
     assert issubclass(cls, ukv.errors.UkvError)
 
 
+PYTHON_ONLY_ERRORS = ["DeferredFreeError"]  # raised by the Python layer, never by the core
+
+
 def test_every_exported_error_is_checked() -> None:
-    assert set(ukv.errors.__all__) == set(ERROR_NAMES)
+    assert set(ukv.errors.__all__) == set(ERROR_NAMES) | set(PYTHON_ONLY_ERRORS)
+
+
+def test_deferred_free_error_is_a_double_free_error() -> None:
+    cls = ukv.DeferredFreeError
+    assert cls is ukv.errors.DeferredFreeError
+    assert issubclass(cls, ukv.errors.DoubleFreeError) and issubclass(cls, IndexError)
 
 
 @pytest.mark.parametrize(

@@ -33,24 +33,24 @@ def _extend(
     alloc: ukv.SubPoolAllocator, pre: list[int], seq: list[int], last: list[int]
 ) -> torch.Tensor | None:
     """``alloc_extend`` with ``last_loc`` on the pool's device (the seam on a CPU pool)."""
-    pool = alloc._pool
+    pool = alloc._rt
     total = sum(s - p for p, s in zip(pre, seq))
     pre_t, seq_t = torch.tensor(pre), torch.tensor(seq)
     if pool.device.type == "cuda":
         loc = torch.tensor(last, device=pool.device)
         return alloc.alloc_extend(pre_t, pre_t, seq_t, seq_t, loc, total)
-    dl = DeviceLast(torch.tensor(last), alloc._continuation(), pool._faults)
+    dl = DeviceLast(torch.tensor(last), alloc._continuation(), pool.faults)
     p, s = np.array(pre, dtype=np.int64), np.array(seq, dtype=np.int64)
     return alloc._alloc_tokens(lambda: alloc._core_extend(p, s, None), dl, False)
 
 
 def _decode(alloc: ukv.SubPoolAllocator, seq: list[int], last: list[int]) -> torch.Tensor | None:
-    pool = alloc._pool
+    pool = alloc._rt
     seq_t = torch.tensor(seq)
     if pool.device.type == "cuda":
         loc = torch.tensor(last, device=pool.device)
         return alloc.alloc_decode(seq_t, seq_t, loc)
-    dl = DeviceLast(torch.tensor(last), alloc._continuation(), pool._faults)
+    dl = DeviceLast(torch.tensor(last), alloc._continuation(), pool.faults)
     s = np.array(seq, dtype=np.int64)
     return alloc._alloc_tokens(lambda: alloc._core_decode(s, None), dl, False)
 

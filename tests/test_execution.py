@@ -49,7 +49,8 @@ class StandInEvent:
 def _queue_free(pool: ukv.UnifiedKVPool, name: str, ids, event: StandInEvent) -> None:
     """Queue a free the way a free of device ids is queued, with a stand-in event."""
     host = np.asarray(ids.cpu().numpy(), dtype=np.int64)
-    pool._deferred.push(Deferred(pool._idx(name), "free", LandingIds(host, event)))
+    alloc = pool.allocator(name)
+    pool._runtime.queue_free(pool._idx(name), LandingIds(host, event), alloc._core_free)
 
 
 # ----- executors and packed plans ---------------------------------------------------------
@@ -103,6 +104,8 @@ def test_deferred_free_applies_once_landed_and_in_order() -> None:
     assert pool.stats().inflight_frees == 2, "b has landed but waits behind a (call order)"
     assert fa.available_size() == before
     ev_a.done = True
+    assert fa.available_size() == before, "a query applies no queued free (review C9)"
+    pool.flush()  # a mutating call applies what has landed
     assert fa.available_size() == before + 4
     assert pool.stats().inflight_frees == 0 and pool.stats().gpu_waits == 0
     pool.check_invariants()
@@ -146,7 +149,7 @@ def test_group_boundaries_queue_behind_inflight_frees() -> None:
     with pytest.raises(ukv.ArgumentError, match="full"):
         fa.free_group_end()
     ev.done = True
-    pool.stats()
+    pool.flush()  # a mutating call applies what has landed; a query would not
     assert not pool._arena.in_free_group(0)
     assert fa.allocated_count() == 2
     pool.check_invariants()
@@ -174,7 +177,7 @@ def test_a_failing_plan_poisons_the_pool(monkeypatch) -> None:
     def broken(*_a, **_k):
         raise RuntimeError("injected launch failure")
 
-    monkeypatch.setattr(pool, "_run", broken)
+    monkeypatch.setattr(pool._runtime, "run", broken)
     with pytest.raises(ukv.PoolPoisonedError, match="injected launch failure"):
         fa.free(ids[:1])
     monkeypatch.undo()

@@ -27,7 +27,7 @@ def test_eager_pool_keeps_no_completed_forwards(device: str) -> None:
     loc = pool.allocator("full").alloc(2)
     for _ in range(20_000):
         pool.set_inflight_forward(Done(), loc)
-    assert len(pool._events) <= 1 and len(pool._write_locs) <= 1
+    assert len(pool._runtime.forwards.events) <= 1 and len(pool._runtime.forwards.write_locs) <= 1
 
 
 def test_get_cpu_copy_checks_every_id_and_raises_invalid_id(device: str) -> None:

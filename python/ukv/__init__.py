@@ -9,6 +9,7 @@ every move. See ``UnifiedKVPool`` and ``SubPoolAllocator``.
 from ukv.allocator import SubPoolAllocator
 from ukv.errors import (
     ArgumentError,
+    DeferredFreeError,
     DoubleFreeError,
     InvalidIdError,
     InvariantError,
@@ -30,6 +31,7 @@ from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec
 
 __all__ = [
     "ArgumentError",
+    "DeferredFreeError",
     "DoubleFreeError",
     "HybridPool",
     "InvalidIdError",

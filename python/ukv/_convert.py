@@ -105,11 +105,17 @@ def count(name: str, value: object) -> int:
     return n
 
 
-def first_dead_id(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> int | None:
-    """The first id that names no live slot (vectorised over every id), or None."""
+def live_mask(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> np.ndarray:
+    """Which ids name a live slot (bound page, above the floor, inside the table)."""
     pages = ids // page_size
     ok = (ids >= min_slot) & (pages < len(v2p) - 1)
     ok[ok] = v2p[pages[ok]] >= 0
+    return ok
+
+
+def first_dead_id(ids: np.ndarray, v2p: np.ndarray, page_size: int, min_slot: int) -> int | None:
+    """The first id that names no live slot (vectorised over every id), or None."""
+    ok = live_mask(ids, v2p, page_size, min_slot)
     if ok.all():
         return None
     return int(ids[int(np.argmin(ok))])

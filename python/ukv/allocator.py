@@ -5,9 +5,10 @@ sizes are in tokens (slots) unless a name says pages, and every id is **virtual*
 stays valid while the slot is live, however often compaction moves the bytes behind it.
 Use :meth:`SubPoolAllocator.translate_kv_loc` to get physical ids for kernels.
 
-Each method validates its arguments, calls the native core once, and lets the owning
-:class:`~ukv.pool.UnifiedKVPool` execute whatever the core planned (page moves, table
-updates) before returning. A call that raises has changed nothing.
+Each method validates its arguments, calls the native core once, and has the pool's
+runtime (:class:`~ukv.execution.runtime.PoolRuntime`, the one interface between a pool and
+its allocators) execute whatever the core planned (page moves, table updates) before
+returning. A call that raises has changed nothing.
 """
 
 from __future__ import annotations
@@ -20,17 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from ukv import _convert
+from ukv import _convert, ops
 from ukv._readonly import read_only
 from ukv.errors import ArgumentError
 from ukv.execution.continuation import ContinuationCheck, DeviceLast, finish_with_torch
-from ukv.execution.deferred import Deferred
 from ukv.execution.fastpath import TranslateLauncher
 
 if TYPE_CHECKING:
-    from ukv.pool import UnifiedKVPool
-
-from ukv import ops
+    from ukv.execution.runtime import PoolRuntime
 
 
 class SubPoolAllocator:
@@ -39,9 +37,9 @@ class SubPoolAllocator:
     Obtain it with ``pool.allocator(name)``; do not construct it directly.
     """
 
-    def __init__(self, pool: UnifiedKVPool, index: int) -> None:
-        self._pool = pool
-        self._arena = pool._arena
+    def __init__(self, runtime: PoolRuntime, index: int) -> None:
+        self._rt = runtime
+        self._arena = runtime.arena
         self._index = index
         info = self._arena.pool_info(index)
         self.name: str = info["name"]
@@ -53,8 +51,8 @@ class SubPoolAllocator:
         self.page_bytes: int = info["page_bytes"]
         self.grow: str = info["grow"]
         self.is_id_owner: bool = info["id_owner"]
-        self._tables = pool._tables[index]
-        self._lock = pool._lock
+        self._tables = runtime.tables[index]
+        self._lock = runtime.lock
         self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
         self._v2p_ro = read_only(self._tables.v2p, f"v2p of sub-pool {self.name!r}")
         self._p2v_ro = read_only(self._tables.p2v, f"p2v of sub-pool {self.name!r}")
@@ -88,22 +86,17 @@ class SubPoolAllocator:
     # ----- capacity -------------------------------------------------------------------
 
     def available_size(self) -> int:
-        """Tokens ``alloc`` can take right now without compacting anything. Frees of
-        device ids count once their ids have landed (applied here, never waited for)."""
-        self._pool._check_usable()
-        if self._pool._pending:
-            self._settle()
+        """Tokens ``alloc`` can take right now without compacting anything. A pure
+        query: queued frees (ids on the GPU, or host ids queued behind them) count once
+        the next mutating call has applied them; it never applies them nor moves pages."""
+        self._rt.check_usable()
         return int(self._core_available()) * self.page_size
-
-    def _settle(self) -> None:
-        with self._lock:
-            self._pool._settle()
 
     def schedulable_available_size(self) -> int:
         """Tokens ``alloc`` is guaranteed to get: also counts what an urgent flush of the
-        neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds."""
-        if self._pool._pending:
-            self._settle()
+        neighbour frees. ``n <= schedulable_available_size()`` ⇒ ``alloc(n)`` succeeds.
+        A pure query, like :meth:`available_size`."""
+        self._rt.check_usable()
         return int(self._core_schedulable()) * self.page_size
 
     def allocated_count(self) -> int:
@@ -137,22 +130,18 @@ class SubPoolAllocator:
             Tensor | None: virtual token ids, shape ``[need_size]``, int64, on the pool's
             device (the CPU for ``meta`` pools and with ``host=True``), ascending inside
             each page; None when they do not fit (nothing changes then). Before
-            answering None, frees of device ids still in flight are applied (waiting
-            for them: the one case an allocation waits, counted in ``stats()``).
+            answering None, queued frees of any sub-pool are applied (waiting for GPU
+            ids still in flight: the one case an allocation waits, counted in
+            ``stats()``).
 
         Raises:
-            ArgumentError: ``need_size`` negative, not an int, or not a page multiple.
+            ArgumentError: ``need_size`` negative, not an int, or not a page multiple;
+                or the current stream is capturing a CUDA graph.
+            DeferredFreeError: a queued free applied first was rejected (see
+                :meth:`free`); this allocation was not performed.
         """
         n = _convert.count("need_size", need_size)
-        pool = self._pool
-        with self._lock:
-            if pool._pending:
-                pool._settle()
-            ids = self._core_alloc(n)
-            if ids is None and pool._deferred.frees(self._index):
-                pool._settle(wait=True)
-                ids = self._core_alloc(n)
-            out = pool._execute(ids is not None and not host and pool._exec.returns_ids)
+        ids, out = self._rt.allocate(lambda: self._core_alloc(n), self._index, not host)
         if ids is None:
             return None
         return out if out is not None else torch.from_numpy(ids)
@@ -245,16 +234,7 @@ class SubPoolAllocator:
         host: bool,
     ) -> torch.Tensor | None:
         """Run a token-level allocation and execute its plan (see :meth:`alloc`)."""
-        pool = self._pool
-        with self._lock:
-            if pool._pending:
-                pool._settle()
-            res = op()
-            if res is None and pool._deferred.frees(self._index):
-                pool._settle(wait=True)
-                res = op()
-            want = res is not None and not host and pool._exec.returns_ids
-            out = pool._execute(want, dev_last)
+        res, out = self._rt.allocate(op, self._index, not host, dev_last)
         if res is None:
             return None
         return out if out is not None else self._finish_tokens(res, dev_last, host)
@@ -263,10 +243,10 @@ class SubPoolAllocator:
         self, last_loc: object, batch: int, host: bool
     ) -> tuple[np.ndarray | None, DeviceLast | None]:
         if isinstance(last_loc, torch.Tensor) and last_loc.device.type == "cuda":
-            if last_loc.device != self._pool.device:
+            if last_loc.device != self._rt.device:
                 raise ArgumentError(
                     f"bad argument last_loc: on {last_loc.device}, the pool is on "
-                    f"{self._pool.device} (pass it there, or on the CPU)"
+                    f"{self._rt.device} (pass it there, or on the CPU)"
                 )
             if last_loc.dtype not in _convert.ID_DTYPES or last_loc.shape != (batch,):
                 raise ArgumentError(
@@ -282,7 +262,7 @@ class SubPoolAllocator:
                     f"bad argument last_loc: on {last_loc.device} with host=True (host ids "
                     "would need the device's last_loc read back; pass it on the CPU)"
                 )
-            return None, DeviceLast(last_loc, self._continuation(), self._pool._faults)
+            return None, DeviceLast(last_loc, self._continuation(), self._rt.faults)
         return _convert.host_ids("last_loc", last_loc), None
 
     def _continuation(self) -> ContinuationCheck:
@@ -298,10 +278,10 @@ class SubPoolAllocator:
         host: bool,
     ) -> torch.Tensor:
         tokens, req = res
-        out = torch.from_numpy(tokens) if host else self._pool._ids_out(tokens)
+        out = torch.from_numpy(tokens) if host else self._rt.ids_out(tokens)
         if req is not None and dev_last is not None:
             # Continuations of a partial page, checked and finished on the device.
-            out = finish_with_torch(out, self._pool._ids_out(req), dev_last)
+            out = finish_with_torch(out, self._rt.ids_out(req), dev_last)
         return out
 
     # ----- free -----------------------------------------------------------------------
@@ -314,39 +294,27 @@ class SubPoolAllocator:
 
         Args:
             free_index: shape ``[N]`` int32/int64 virtual token ids (CPU, CUDA or NumPy).
-                Host ids are applied at once. Ids on the pool's GPU are copied to pinned
-                memory asynchronously and applied by a later call once they have landed
-                (this call never waits for the GPU); their errors then come from that
-                call, or from ``pool.sync_frees()``. Empty is a no-op.
+                Host ids are applied at once, unless frees of the same id space are
+                queued: then they queue behind them (a free never overtakes an earlier
+                one). Ids on the pool's GPU are copied to pinned memory asynchronously and
+                applied by a later mutating call once they have landed (this call never
+                waits for the GPU). A queued free's errors come from the call that
+                applies it, as :class:`~ukv.errors.DeferredFreeError`, or from
+                ``pool.sync_frees()``. Empty is a no-op.
 
         Raises:
             InvalidIdError: a negative, reserved or out-of-range id.
             DoubleFreeError: an id that is not live, or repeated at page size 1.
-            ArgumentError: wrong dtype, rank or contiguity.
+            DeferredFreeError: an earlier queued free applied first was rejected; this
+                free was not performed.
+            ArgumentError: wrong dtype, rank or contiguity, or the current stream is
+                capturing a CUDA graph.
         """
-        self._free_with(self._core_free, free_index)
-
-    def _free_with(
-        self, core_free: Callable[[np.ndarray], None], free_index: object, name: str = "free_index"
-    ) -> None:
-        """Free through ``core_free`` now (host ids) or once device ids have landed;
-        ``name`` is the argument errors name."""
-        pool = self._pool
-        if pool._ring is not None and type(free_index) is torch.Tensor and free_index.is_cuda:
-            pool._free_device_ids(self._index, free_index, core_free)
-            return
-        ids = _convert.host_ids(name, free_index)
-        if ids.size == 0:
-            return
-        with self._lock:
-            if pool._pending:
-                pool._settle()
-            core_free(ids)
-            pool._execute()
+        self._rt.free(self._index, free_index, self._core_free, "free_index")
 
     def free_group_begin(self) -> None:
         """Queue frees until :meth:`free_group_end` (one compaction for the whole batch).
-        Behind frees of device ids still in flight, the boundary is queued with them.
+        Behind queued frees of the same id space, the boundary is queued with them.
 
         Raises:
             ArgumentError: a group is already open.
@@ -355,7 +323,7 @@ class SubPoolAllocator:
 
     def free_group_end(self) -> None:
         """Free everything queued since :meth:`free_group_begin` in one pass (queued
-        behind frees of device ids still in flight: it never waits for the GPU).
+        behind queued frees of the same id space: it never waits for the GPU).
 
         Raises:
             ArgumentError: no group is open.
@@ -363,23 +331,13 @@ class SubPoolAllocator:
         self._group_boundary("group_end")
 
     def _group_boundary(self, kind: Literal["group_begin", "group_end"]) -> None:
-        pool, i = self._pool, self._index
-        opening = kind == "group_begin"
-        with self._lock:
-            if pool._pending and pool._deferred.has_pool(i):
-                pool._check_usable()
-                if pool._group_open[i] == opening:
-                    state = "already open" if opening else "not open"
-                    raise ArgumentError(
-                        f"bad call {kind.replace('group', 'free_group')} on sub-pool "
-                        f"{self.name!r}: a free group is {state}"
-                    )
-                pool._deferred.push(Deferred(i, kind, apply=self._core_group(kind)))
-            else:
-                self._core_group(kind)(None)
-                if not opening:
-                    pool._execute()
-            pool._group_open[i] = opening
+        self._rt.group_boundary(
+            self._index, self._group_pools(), kind, self._core_group(kind), self.name
+        )
+
+    def _group_pools(self) -> tuple[int, ...]:
+        """The sub-pools whose free groups this allocator opens and closes."""
+        return (self._index,)
 
     # ----- what the core does for this allocator (a composite overrides these) ----------
 
@@ -402,15 +360,17 @@ class SubPoolAllocator:
         return lambda _ids: self._arena.free_group_end(i)
 
     def clear(self) -> None:
-        """Free every slot of this sub-pool (bytes are not zeroed). Frees of device ids
-        still in flight are applied first (waiting for them if they must)."""
-        pool = self._pool
+        """Free every slot of this sub-pool (bytes are not zeroed). Queued frees are
+        applied first (waiting for GPU ids still in flight)."""
+        rt = self._rt
         with self._lock:
-            if pool._pending:
-                pool._settle(wait=True)
+            rt.check_not_capturing("clear")
+            if rt.frees:
+                rt.settle(wait=True)
             self._arena.clear(self._index)
-            pool._execute()
-            pool._group_open[self._index] = bool(self._arena.in_free_group(self._index))
+            rt.execute()
+            for i in range(len(rt.info)):
+                rt.frees.group_open[i] = bool(self._arena.in_free_group(i))
 
     # ----- translation ----------------------------------------------------------------
 
@@ -433,8 +393,8 @@ class SubPoolAllocator:
         Raises:
             ArgumentError: wrong dtype, shape or device of ``ids`` or ``out``.
         """
-        if self._pool._poisoned is not None:
-            self._pool._check_usable()
+        if self._rt.poisoned is not None:
+            self._rt.check_usable()
         fast = self._translate_fast
         if fast is not None:
             res = fast(ids, out)

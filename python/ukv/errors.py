@@ -17,6 +17,7 @@ __all__ = [
     "PoolConfigError",
     "InvalidIdError",
     "DoubleFreeError",
+    "DeferredFreeError",
     "ArgumentError",
     "InvariantError",
     "PoolPoisonedError",
@@ -37,6 +38,37 @@ class InvalidIdError(UkvError, IndexError):
 
 class DoubleFreeError(InvalidIdError):
     """An id was freed that is not live (already freed, never allocated, or repeated)."""
+
+
+class DeferredFreeError(DoubleFreeError):
+    """A free that was queued (ids on the GPU, or host ids queued behind them) named ids
+    that were not live when it was applied.
+
+    Raised by the call that applied it, *before* that call did anything of its own (so a
+    retry of the call is safe). The free's valid ids were freed; nothing leaks.
+
+    Attributes:
+        failures: One record per rejected free (``sub_pool``, ``ids``, ``rejected``,
+            ``freed``, ``reason``); also kept in ``pool.failed_frees``.
+    """
+
+    failures: tuple = ()
+
+    @classmethod
+    def of(cls, failures: list) -> DeferredFreeError:
+        """The error naming these rejected frees."""
+        parts = [
+            f"{f.sub_pool!r}: ids {f.rejected[:8].tolist()}{'...' if f.rejected.size > 8 else ''} "
+            f"of a queued free of {f.ids.size} were not freed ({f.reason}); "
+            f"its {f.freed.size} valid ids were freed"
+            for f in failures
+        ]
+        err = cls(
+            "a queued free was rejected when applied (this call did nothing else): "
+            + "; ".join(parts)
+        )
+        err.failures = tuple(failures)
+        return err
 
 
 class ArgumentError(UkvError, ValueError):

@@ -17,33 +17,37 @@ Thread safety: a pool may be shared by threads. Every operation holds the pool's
 from the call into the core until its plan has been executed, so operations are atomic
 with respect to each other; reads of sizes are single calls into the core. The native
 arena itself refuses a concurrent call with an error rather than racing. Physical ids
-(``translate_kv_loc``) stay valid only until the next free or flush by any thread moves
-pages: a thread that translates and then writes or reads bytes while other threads
-allocate and free holds :attr:`UnifiedKVPool.lock` across both steps.
+(``translate_kv_loc``) stay valid until the next mutating call (alloc, free, group
+boundary, flush, clear, ``sync_frees``) by any thread; queries (sizes, ``stats``,
+``get_cpu_copy``) never move pages. A thread that translates and then writes or reads
+bytes while other threads allocate and free holds :attr:`UnifiedKVPool.lock` across both.
+
+The machinery behind the API lives in :mod:`ukv.execution` (the runtime every allocator
+goes through, plan execution, queued frees, reported forwards); host copies in
+:mod:`ukv.host_copy`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import numbers
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ukv import _core, layout, ops
+from ukv import _core, host_copy, layout, ops
 from ukv._convert import first_dead_id, host_ids
-from ukv._tables import DeviceTables, to_device
+from ukv._tables import to_device
 from ukv.allocator import SubPoolAllocator
-from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
-from ukv.execution import make_executor
-from ukv.execution.continuation import DeviceLast, FaultRecord
-from ukv.execution.deferred import Deferred, DeferredQueue, LandingIds
+from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError
 from ukv.execution.fastpath import StoreLauncher
+from ukv.execution.frees import FailedFree
+from ukv.execution.runtime import PoolRuntime
+from ukv.host_copy import HostCopy
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
 
 logger = logging.getLogger("ukv")
@@ -76,7 +80,7 @@ class PoolStats:
     free_gap_bytes: int
     sub_pools: tuple[SubPoolStats, ...]
     inflight_frees: int = 0
-    """Frees of device ids queued until their ids land on the host."""
+    """Frees queued until their ids land on the host (and host-id frees behind them)."""
     gpu_waits: int = 0
     """Times a call had to wait for the GPU (an allocation needing in-flight frees, an
     urgent flush, ``sync_frees``, or staging memory the device was still reading)."""
@@ -151,35 +155,24 @@ class UnifiedKVPool:
             max_moves_per_flush=_positive("max_moves_per_flush", max_moves_per_flush),
         )
         self.lazy = bool(lazy)
+        self.raw = _buffer(self.total_bytes, self.device)
+        # The machinery every operation goes through (lock, plan execution, queued frees,
+        # reported forwards); the allocators talk to it, never to the pool.
+        owners = {self._index[name]: owner for name, owner in self._owners.items()}
+        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners)
+        rt = self._runtime
         # One lock per pool: an operation and the execution of its plan are one step, so a
         # second thread can never replace a plan before it has been executed.
-        self._lock = threading.RLock()
-        self.raw = _buffer(self.total_bytes, self.device)
-        table_device = torch.device("cpu") if self.device.type == "meta" else self.device
-        self._tables = [DeviceTables(self._arena, i, table_device) for i in range(len(self._specs))]
-        self._info = [self._arena.pool_info(i) for i in range(len(self._specs))]
+        self._lock = rt.lock
+        self._tables = rt.tables
+        self._info = rt.info
+        self._faults = rt.faults
+        self._exec = rt.executor
         self._views = [self._build_views(s, info) for s, info in zip(self._specs, self._info)]
         # set_kv's validated views and launch geometry, per MHA sub-pool and layer (lazily).
         self._store_targets: dict[str, list[ops.StoreTarget]] = {}
         self._store_fast: dict[str, list[StoreLauncher | None]] = {}
-        self._poisoned: str | None = None
-        # Continuations of a device last_loc that failed their check (on the tables' device).
-        self._faults = FaultRecord(table_device)
-        self._exec = make_executor(self.raw, self._arena, self._tables, self._info, self._wait)
-        self._run = self._exec.run
-        # Frees of device ids (and group boundaries behind them) not applied yet.
-        self._deferred = DeferredQueue(len(self._specs))
-        self._pending = self._deferred._q  # a deque: its truth test is the hot-path check
-        self._group_open = [False] * len(self._specs)
-        self._gpu_waits = 0
-        self._cuda_index = self.device.index if self.device.type == "cuda" else -1
-        self._ring = getattr(self._exec, "ring", None) if self.device.type == "cuda" else None
-        if self._ring is not None:
-            self._ring.on_reuse = self._settle_segment
-        self._allocators = [SubPoolAllocator(self, i) for i in range(len(self._specs))]
-        self._events: dict[int, Any] = {}
-        self._write_locs: dict[int, LandingIds] = {}
-        self._tokens = itertools.count(1)
+        self._allocators = [SubPoolAllocator(rt, i) for i in range(len(self._specs))]
         logger.info("%s", self.summary())
 
     # ----- construction helpers -----------------------------------------------------------
@@ -320,8 +313,8 @@ class UnifiedKVPool:
         Raises:
             ArgumentError: bad layer, shapes, dtypes or devices.
         """
-        if self._poisoned is not None:
-            self._check_usable()
+        if self._runtime.poisoned is not None:
+            self._runtime.check_usable()
         fast = self._store_fast.get(name)
         if (
             fast is not None
@@ -369,18 +362,9 @@ class UnifiedKVPool:
             ArgumentError: a meta pool, or bad ids.
         """
         with self._lock:  # translate + gather in one step: a compaction may not intervene
-            self._check_usable()
+            self._runtime.check_usable()
             views, phys = self._gather_targets(name, ids)
-            if not (non_blocking and self.device.type == "cuda"):
-                return HostCopy([gather(view, phys).cpu() for view, gather in views])
-            out = HostCopy()
-            for view, gather in views:
-                part = gather(view, phys)
-                host = torch.empty(part.shape, dtype=part.dtype, pin_memory=True)
-                out.append(host.copy_(part, non_blocking=True))
-            out.event = torch.cuda.Event()
-            out.event.record()
-            return out
+            return host_copy.copy_out(views, phys, non_blocking)
 
     def load_cpu_copy(self, name: str, copy: Sequence[torch.Tensor], ids: torch.Tensor) -> None:
         """Write host copies made by :meth:`get_cpu_copy` back at these (live) virtual ids.
@@ -393,50 +377,27 @@ class UnifiedKVPool:
             ArgumentError: a wrong number of tensors, or a tensor of the wrong shape/dtype.
         """
         with self._lock:
-            self._check_usable()
+            self._runtime.check_usable()
             views, phys = self._gather_targets(name, ids)
-            if not isinstance(copy, Sequence) or len(copy) != len(views):
-                got = len(copy) if isinstance(copy, Sequence) else type(copy).__name__
-                raise ArgumentError(f"bad argument copy: {got} tensors, expected {len(views)}")
-            spec = self._specs[self._idx(name)]
-            for n, ((view, _), src) in enumerate(zip(views, copy)):
-                want = _gathered_shape(view, phys.numel(), isinstance(spec, MambaSpec))
-                if (
-                    not isinstance(src, torch.Tensor)
-                    or tuple(src.shape) != want
-                    or src.dtype != view.dtype
-                ):
-                    desc = (
-                        f"shape {tuple(src.shape)} dtype {src.dtype}"
-                        if isinstance(src, torch.Tensor)
-                        else type(src).__name__
-                    )
-                    raise ArgumentError(
-                        f"bad argument copy[{n}]: {desc}, expected shape {want} dtype {view.dtype}"
-                    )
-            for (view, _), src in zip(views, copy):
-                _scatter(view, phys, src.to(view.device), spec)
+            slots = isinstance(self._specs[self._idx(name)], MambaSpec)
+            host_copy.check_copy(views, copy, phys.numel(), slots)
+            host_copy.copy_in(views, copy, phys, slots)
 
     def _gather_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
+        """The views of ``name`` and the physical ids of live virtual ``ids``. Queued frees
+        are not applied (a query moves no page): ids they name still hold their bytes."""
         i = self._idx(name)
         if self.device.type == "meta":
             raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
-        if self._pending:
-            self._settle(wait=True)  # frees of device ids decide which ids are live
         alloc = self._allocators[i]
         host = host_ids("ids", ids).astype(np.int64, copy=False)
-        bad = first_dead_id(host, self._arena.v2p(i), alloc.page_size, self.min_slot_index(name))
+        # The id space's floor: a pool binding another's ids checks the owner's floor.
+        floor = int(self._info[i]["min_virtual_page"]) * alloc.page_size
+        bad = first_dead_id(host, self._arena.v2p(i), alloc.page_size, floor)
         if bad is not None:
             raise InvalidIdError(f"bad argument ids: virtual id {bad} of {name!r} is not live")
         phys = alloc.translate_kv_loc(to_device(host, self._tables[i].device))
-        spec = self._specs[i]
-        if isinstance(spec, MambaSpec):
-            conv, temporal = self._views[i]
-            return [(t, _slot_gather) for t in [*conv, temporal]], phys
-        if isinstance(spec, MLASpec):
-            return [(t, _token_gather) for t in self._views[i]], phys
-        k, v = self._views[i]
-        return [(t, _token_gather) for pair in zip(k, v) for t in pair], phys
+        return host_copy.views_of(self._specs[i], self._views[i]), phys
 
     # ----- lazy compaction lifecycle ------------------------------------------------------
 
@@ -453,45 +414,49 @@ class UnifiedKVPool:
         Returns:
             int: page moves performed.
         """
+        rt = self._runtime
         with self._lock:
-            self._check_usable()
-            self._retire_locked()
-            if self._pending:
-                self._settle(wait=bool(urgent))
+            rt.check_usable()
+            rt.check_not_capturing("flush")
+            rt.forwards.retire(self._arena)
+            if rt.frees:
+                rt.settle(wait=bool(urgent))
             if not self.lazy:
                 return 0
             return self._flush_locked(bool(urgent))
 
     def _flush_locked(self, urgent: bool) -> int:
-        latest = self._arena.latest_token()
-        writes = self._write_locs.get(latest) if latest is not None else None
-        blocked = False
-        if writes is not None and latest is not None and not urgent:
-            if writes.landed():
-                host = writes.take()
-                for i, spec in enumerate(self._specs):
-                    if spec.is_paged:
-                        self._arena.set_inflight_writes(i, latest, host)
-                del self._write_locs[latest]
-            else:
-                blocked = True
-        if not blocked:
-            moves = int(self._arena.flush(urgent))
-            self._execute()
+        rt = self._runtime
+        if urgent:
+            moves = int(self._arena.flush(True))
+            rt.execute()
+            return moves
+        paged = [i for i, spec in enumerate(self._specs) if spec.is_paged]
+        # KV pages: never one that an unretired forward writes (every write set must have
+        # landed to know which); state slots: none at all while a forward is unretired,
+        # since a forward updates its batch's states in place.
+        kv_blocked = rt.forwards.hand_write_sets(self._arena, paged)
+        states_blocked = bool(rt.forwards)
+        if not kv_blocked and not states_blocked:
+            moves = int(self._arena.flush(False))
+            rt.execute()
             return moves
         moves = 0
         for i, spec in enumerate(self._specs):
-            if not spec.is_paged:
-                moves += int(self._arena.flush_pool(i, urgent))
-                self._execute()
+            if kv_blocked if spec.is_paged else states_blocked:
+                continue
+            moves += int(self._arena.flush_pool(i, False))
+            rt.execute()
         return moves
 
     def set_inflight_forward(self, event: Any, out_cache_loc: torch.Tensor | None = None) -> None:
         """Report a forward just launched: ``event`` completes when it ends (an object with
         ``query() -> bool``, e.g. ``torch.cuda.Event``), and it writes KV at the virtual
         tokens ``out_cache_loc`` of every KV sub-pool. Ids on the GPU are copied to the
-        host asynchronously (never waited for). Completed forwards are retired by
-        ``flush`` (in both modes) and ``retire_completed``."""
+        host asynchronously (never waited for); host ids are copied now, so the caller may
+        reuse its tensor at once. Until the event completes, a non-urgent flush moves no
+        page of any unretired forward's ``out_cache_loc`` and no state slot. Completed
+        forwards are retired by ``flush`` (in both modes) and ``retire_completed``."""
         if not hasattr(event, "query"):
             raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
         if out_cache_loc is not None:
@@ -510,152 +475,40 @@ class UnifiedKVPool:
                     f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
                     f"{out_cache_loc.device} must be contiguous and hold ids"
                 )
+        rt = self._runtime
         with self._lock:
-            self._check_usable()
+            rt.check_usable()
             if not self.lazy:
                 # Eager pools hold no pages for a forward: retire what completed now, so
                 # an engine that never calls flush keeps no events (memory stays flat).
-                self._retire_locked()
-            token = next(self._tokens)
-            self._events[token] = event
-            if out_cache_loc is not None:
-                self._write_locs[token] = self._landing(out_cache_loc)
+                rt.forwards.retire(self._arena)
+            writes = None if out_cache_loc is None else rt.forwards.landing(out_cache_loc, rt.ring)
+            token = rt.forwards.report(event, writes)
             self._arena.set_latest_token(token)
-
-    def _landing(self, ids: torch.Tensor) -> LandingIds:
-        if ids.is_cuda and self._ring is not None:
-            return LandingIds.stage(self._ring, ids)
-        return LandingIds.ready(host_ids("out_cache_loc", ids))
 
     def retire_completed(self) -> None:
         """Release what completed forwards were holding (pending pages, write blockers)."""
         with self._lock:
-            self._retire_locked()
+            self._runtime.forwards.retire(self._arena)
 
-    def _retire_locked(self) -> None:
-        if not self._events:
-            return
-        for token, event in list(self._events.items()):
-            if event.query():
-                self._arena.retire_token(token)
-                del self._events[token]
-                landing = self._write_locs.pop(token, None)
-                if landing is not None:
-                    landing.release()
-
-    # ----- plan execution --------------------------------------------------------------------
-
-    def _execute(self, want_ids: bool = False, last: DeviceLast | None = None) -> Any:
-        """Execute the arena's last plan; a failure poisons the pool (see :meth:`_poison`).
-
-        Returns the allocation's ids on the pool's device when ``want_ids`` and the
-        executor writes them (CUDA), else None (the caller wraps the host array).
-        """
-        try:
-            if self._cuda_index >= 0 and torch._C._cuda_getDevice() != self._cuda_index:
-                with torch.cuda.device(self._cuda_index):
-                    return self._run(want_ids, last)
-            return self._run(want_ids, last)
-        except BaseException as exc:  # any failure: tables and bytes may now disagree
-            raise self._poison(f"executing a plan failed: {exc!r}") from exc
-
-    def _poison(self, why: str) -> PoolPoisonedError:
-        """Refuse every later call: the core's tables may no longer match the device."""
-        self._poisoned = why
-        self._arena.poison(why)
-        logger.error("ukv pool poisoned: %s", why)
-        return PoolPoisonedError(f"the pool is unusable: {why}")
-
-    def _check_usable(self) -> None:
-        if self._poisoned is not None:
-            raise PoolPoisonedError(f"the pool is unusable: {self._poisoned}")
-
-    def _wait(self, tokens: list[int]) -> None:
-        for token in tokens:
-            event = self._events.get(token)
-            if event is None:
-                continue
-            if isinstance(event, torch.cuda.Event):
-                torch.cuda.current_stream().wait_event(event)
-            elif hasattr(event, "synchronize"):
-                event.synchronize()
-
-    def _ids_out(self, ids: np.ndarray) -> torch.Tensor:
-        """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
-        if self._tables[0].device.type == "cpu":
-            return torch.from_numpy(ids)
-        return to_device(ids, self._tables[0].device)
-
-    # ----- frees of device ids ----------------------------------------------------------------
-
-    def _free_device_ids(
-        self, index: int, ids: torch.Tensor, apply: Callable[[np.ndarray], None]
-    ) -> None:
-        """Queue a free of ids on the pool's GPU: an async copy to pinned memory, applied
-        once it has landed (API.md §4). Checks what it can without reading the ids."""
-        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
-            raise ArgumentError(
-                f"bad argument free_index: dtype {ids.dtype} shape {tuple(ids.shape)} must be "
-                "1-D int32/int64"
-            )
-        if not ids.is_contiguous():
-            raise ArgumentError(
-                f"bad argument free_index: stride {ids.stride()} must be contiguous"
-            )
-        if ids.get_device() != self._cuda_index:
-            raise ArgumentError(
-                f"bad argument free_index: device {ids.device} is not the pool's {self.device}"
-            )
-        n = ids.numel()
-        if n == 0:
-            return
-        ring = self._ring
-        assert ring is not None
-        with self._lock:
-            self._check_usable()
-            landing = LandingIds.stage(ring, ids)
-            self._deferred.push(Deferred(index, "free", landing, apply))
-
-    def _settle(self, wait: bool = False) -> None:
-        """Apply queued device-id frees whose ids have landed, in call order; with
-        ``wait``, all of them (waiting for the GPU if it must, counted in stats)."""
-        q = self._deferred
-        while (entry := q.head()) is not None:
-            if not entry.landed():
-                if not wait:
-                    return
-                self._gpu_waits += 1
-                entry.wait()
-            q.pop()
-            self._apply_deferred(entry)
-
-    def _apply_deferred(self, entry: Deferred) -> None:
-        ids = entry.landing.take() if entry.landing is not None else None
-        if entry.apply is not None:
-            entry.apply(ids)
-        elif entry.kind == "group_begin":
-            self._arena.free_group_begin(entry.pool)
-        elif entry.kind == "group_end":
-            self._arena.free_group_end(entry.pool)
-        else:
-            assert ids is not None, "a queued free always carries its landing ids"
-            self._arena.free(entry.pool, ids)
-        self._execute()
-
-    def _settle_segment(self, seg: int) -> None:
-        """The staging ring needs segment ``seg`` back: the queued frees and write sets
-        landing there keep private copies of their ids (waiting if still in flight)."""
-        writes = [w for w in self._write_locs.values() if w.segment == seg]
-        for landing in self._deferred.in_segment(seg) + writes:
-            if not landing.landed():
-                self._gpu_waits += 1
-            landing.detach()
+    # ----- queued frees ---------------------------------------------------------------------
 
     def sync_frees(self) -> None:
-        """Apply every free of device ids still in flight now, waiting for the GPU if it
-        must. Errors of those frees (``DoubleFreeError``, ``InvalidIdError``) surface here."""
+        """Apply every queued free now, waiting for the GPU if it must.
+
+        Raises:
+            DeferredFreeError: a queued free named ids that were not live (its valid ids
+                were freed; the record stays in :attr:`failed_frees`).
+        """
         with self._lock:
-            self._settle(wait=True)
+            self._runtime.check_not_capturing("sync_frees")
+            self._runtime.settle(wait=True)
+
+    @property
+    def failed_frees(self) -> list[FailedFree]:
+        """Queued frees the core rejected when they were applied (the newest 64), each
+        with the ids that were not freed and those that were."""
+        return list(self._runtime.frees.failures)
 
     def check_device_errors(self) -> None:
         """Raise what the GPU found since the last check; waits for the current stream.
@@ -671,9 +524,10 @@ class UnifiedKVPool:
         synchronizes anyway (e.g. after sampling). Pools without a GPU never fail here
         (their ``last_loc`` is checked by the call itself).
         """
+        rt = self._runtime
         with self._lock:
-            if self.device.type == "cuda" and torch._C._cuda_getDevice() != self._cuda_index:
-                with torch.cuda.device(self._cuda_index):
+            if rt.cuda_index >= 0 and torch._C._cuda_getDevice() != rt.cuda_index:
+                with torch.cuda.device(rt.cuda_index):
                     self._faults.raise_if_any()
                 return
             self._faults.raise_if_any()
@@ -682,12 +536,9 @@ class UnifiedKVPool:
 
     def stats(self) -> PoolStats:
         """Bytes used per side, the free gap, holes, pending pages, moves so far, frees
-        still in flight from the device and waits for the GPU. Applies frees of device
-        ids that have landed first (never waits)."""
+        still queued and waits for the GPU. A pure query: applies no queued free."""
         with self._lock:  # one consistent snapshot, not fields of different moments
-            self._check_usable()
-            if self._pending:
-                self._settle()
+            self._runtime.check_usable()
             return self._stats_locked()
 
     def _stats_locked(self) -> PoolStats:
@@ -714,8 +565,8 @@ class UnifiedKVPool:
             reserved_floor_bytes=self.reserved_floor,
             free_gap_bytes=int(self._arena.gap_bytes(0)),
             sub_pools=tuple(subs),
-            inflight_frees=self._deferred.frees(),
-            gpu_waits=self._gpu_waits + (self._ring.waits if self._ring is not None else 0),
+            inflight_frees=self._runtime.frees.frees(),
+            gpu_waits=self._runtime.gpu_waits,
         )
 
     def check_invariants(self) -> None:
@@ -747,42 +598,6 @@ class UnifiedKVPool:
 
     def __repr__(self) -> str:
         return f"UnifiedKVPool({self.summary()})"
-
-
-class HostCopy(list):
-    """What :meth:`UnifiedKVPool.get_cpu_copy` returns: a list of CPU tensors, plus
-    ``wait()`` for a non-blocking copy (a no-op otherwise)."""
-
-    event: Any = None
-
-    def wait(self) -> HostCopy:
-        """Wait until an asynchronous copy has landed; returns self."""
-        if self.event is not None:
-            self.event.synchronize()
-        return self
-
-
-def _gathered_shape(view: torch.Tensor, n: int, slots: bool) -> tuple[int, ...]:
-    if slots:  # [layer, slot, ...] gathered per slot: [n, layer, ...]
-        return (n, view.shape[0], *view.shape[2:])
-    return (n, *view.shape[2:])  # [page, token, ...] gathered per token
-
-
-def _token_gather(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
-    ps = view.shape[1]
-    return view[phys // ps, phys % ps]
-
-
-def _slot_gather(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
-    return view[:, phys].transpose(0, 1)
-
-
-def _scatter(view: torch.Tensor, phys: torch.Tensor, src: torch.Tensor, spec: Spec) -> None:
-    if isinstance(spec, MambaSpec):
-        view[:, phys] = src.transpose(0, 1)
-    else:
-        ps = view.shape[1]
-        view[phys // ps, phys % ps] = src
 
 
 def _positive(name: str, value: object) -> int:

@@ -6,12 +6,12 @@ asynchronous device-to-host copy into pinned memory, records an event, and retur
 free is applied, in call order, by the first later call that finds the event complete
 (or at once, waiting, when an allocation needs those pages or the caller asks with
 ``sync_frees``). Free-group boundaries issued while such frees are queued are queued with
-them, so a group holds exactly the frees it held when they were issued.
+them, so a group holds exactly the frees it held when they were issued. The queue itself
+and its order rules live in :mod:`ukv.execution.frees`.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -94,6 +94,9 @@ class LandingIds:
             self._ring.release(self._seg)
             self._ring.recycle(self.event)
             self._ring = None
+            # The ring records the recycled event again for other work: this landing must
+            # not ask it (it has landed, and its ids are read or privately copied).
+            self.event = None
 
 
 @dataclass
@@ -104,8 +107,7 @@ class Deferred:
         pool: Sub-pool index.
         kind: ``"free"``, or a free-group boundary queued behind frees.
         landing: The ids of a free (None for boundaries).
-        apply: What applies it (the ids, or None for a boundary); None: the sub-pool's
-            own ``free`` / group boundary.
+        apply: What applies it to the core, given the landed ids (None for a boundary).
     """
 
     pool: int
@@ -121,43 +123,3 @@ class Deferred:
         """Wait until it can be applied."""
         if self.landing is not None:
             self.landing.wait()
-
-
-class DeferredQueue:
-    """FIFO of :class:`Deferred` entries, with per-pool counts."""
-
-    def __init__(self, num_pools: int) -> None:
-        self._q: deque[Deferred] = deque()
-        self._frees = [0] * num_pools
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def push(self, entry: Deferred) -> None:
-        """Queue an entry behind everything already queued."""
-        self._q.append(entry)
-        if entry.kind == "free":
-            self._frees[entry.pool] += 1
-
-    def head(self) -> Deferred | None:
-        """The oldest entry, or None."""
-        return self._q[0] if self._q else None
-
-    def pop(self) -> Deferred:
-        """Remove and return the oldest entry."""
-        entry = self._q.popleft()
-        if entry.kind == "free":
-            self._frees[entry.pool] -= 1
-        return entry
-
-    def frees(self, pool: int | None = None) -> int:
-        """Frees still in flight (of one sub-pool, or all)."""
-        return sum(self._frees) if pool is None else self._frees[pool]
-
-    def has_pool(self, pool: int) -> bool:
-        """Whether any entry of sub-pool ``pool`` is queued."""
-        return any(e.pool == pool for e in self._q)
-
-    def in_segment(self, seg: int) -> list[LandingIds]:
-        """The queued frees whose ids land in staging segment ``seg``."""
-        return [e.landing for e in self._q if e.landing is not None and e.landing.segment == seg]

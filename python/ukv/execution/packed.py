@@ -158,7 +158,6 @@ class PackedExecutor(Executor):
             else:
                 base, view = ring.big(layout[0])
                 at = 0
-                ring.keep(base)
             layout = arena.pack_plan(view, want_ids, self.rows)
         if base is ring.tensor:
             ring.commit(layout[0])
@@ -174,11 +173,15 @@ class PackedExecutor(Executor):
         if not sections:
             if layout[2]:
                 self._launch(base, at, None, layout, out, last)
-            return out
-        if self._reorder and len(sections) > 1:
-            sections = sorted(sections, key=lambda sec: self._rank[sec[0]])
-        for n, section in enumerate(sections):
-            self._launch(base, at, section, layout if n == 0 else None, out, last)
+        else:
+            if self._reorder and len(sections) > 1:
+                sections = sorted(sections, key=lambda sec: self._rank[sec[0]])
+            for n, section in enumerate(sections):
+                self._launch(base, at, section, layout if n == 0 else None, out, last)
+        if base is not ring.tensor:
+            # Recorded after the last launch that reads the buffer: its event completes
+            # only once they have run, so big() cannot hand the memory out earlier.
+            ring.keep(base)
         return out
 
     def _launch_hot(

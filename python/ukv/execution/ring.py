@@ -131,7 +131,8 @@ class StagingRing:
         return t, t.numpy()
 
     def keep(self, t: torch.Tensor) -> None:
-        """Keep a :meth:`big` buffer alive until the launches queued so far have run."""
+        """Keep a :meth:`big` buffer alive until the launches queued so far have run; call
+        it after the last launch that reads ``t``."""
         if self.cuda:
             self._big.append((self._record(torch.cuda.current_stream(self._index)), t))
 

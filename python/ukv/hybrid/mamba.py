@@ -100,14 +100,17 @@ class MambaSlots:
 
     def translate(self, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """Virtual slot ids → physical slots on the tables' device, int64; −1 (padding,
-        "no state") stays −1 and so does any id that names no live slot."""
-        self._pool._check_usable()
+        "no state") stays −1 and so does any id that names no live slot, slot 0 (the
+        padding anchor, never a request's state) included."""
+        self._pool._runtime.check_usable()
         v2p = self._alloc._tables.v2p
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
             raise ArgumentError(f"bad argument ids: {ids!r} must be an int32/int64 tensor")
         # Row -1 of v2p is its sentinel (-1): clamping sends padding and ids past the
-        # table there, and a released slot's row already holds -1.
-        res = v2p[ids.to(v2p.device).clamp(-1, v2p.numel() - 1)]
+        # table there, and a released slot's row already holds -1. Row 0 is the padding
+        # anchor (physical 0): slot 0 is sent to the sentinel too.
+        idx = ids.to(v2p.device).clamp(-1, v2p.numel() - 1)
+        res = v2p[idx.masked_fill(idx == 0, -1)]
         return res if out is None else out.copy_(res)
 
     def available_size(self) -> int:
@@ -149,7 +152,8 @@ class MambaHybridAllocator(SubPoolAllocator):
             raise ArgumentError(
                 f"bad argument mamba = {mamba!r}: {type(pool.spec(mamba)).__name__} is not a Mamba sub-pool"
             )
-        super().__init__(pool, pool._idx(full))
+        super().__init__(pool._runtime, pool._idx(full))
+        self._pool = pool
         self._mamba = pool._idx(mamba)
         self.mamba_slots = MambaSlots(pool, mamba)
 

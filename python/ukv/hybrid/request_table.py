@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ukv import _convert
-from ukv.errors import ArgumentError, InvalidIdError
+from ukv.errors import ArgumentError, DeferredFreeError, InvalidIdError
 
 
 class RequestTable:
@@ -31,7 +31,8 @@ class RequestTable:
 
     Attributes:
         req_to_token: shape ``[max_requests, max_context_len]`` int32 virtual token ids
-            on ``device`` (0 where unset: the padding anchor).
+            on ``device`` (0 where unset: the padding anchor; −1 where a middle span was
+            freed, which translates to the padding sink).
         req_to_state: shape ``[max_requests]`` int32 virtual state slots (−1: none).
     """
 
@@ -107,7 +108,8 @@ class RequestTable:
         )
 
     def tokens(self, r: int) -> torch.Tensor:
-        """Request ``r``'s virtual tokens from the host mirror, shape ``[length]`` int64."""
+        """Request ``r``'s virtual tokens from the host mirror, shape ``[length]`` int64
+        (−1 where a middle span was freed)."""
         r = self._check(r)
         return self._host[r, : self._lens[r]].to(torch.int64)
 
@@ -179,46 +181,84 @@ class RequestTable:
     # ----- freeing ------------------------------------------------------------------------
 
     def free_tokens(self, r: int, start: int, end: int | None = None) -> None:
-        """Free request ``r``'s tokens ``[start, end)`` from the host mirror (no device read)
-        and drop them from the row (``end`` defaults to the row's length, so this is the
-        eviction of a suffix; freeing a middle span leaves the row's length as is)."""
+        """Free request ``r``'s tokens ``[start, end)`` from the host mirror (no device read).
+
+        ``end`` defaults to the row's length: the eviction of a suffix, which shortens the
+        row to ``start``. A middle span stays in the row as −1 entries (on the host and
+        the device), which later frees skip. Only pages that no token left in the row
+        uses are freed: a page shared with a kept token (a span that starts or ends inside
+        a page) stays allocated with that token, and is freed with it.
+
+        Raises:
+            ArgumentError: ``start``/``end`` not ints or outside ``[0, length]``.
+            InvalidIdError: ``r`` is not a live request.
+        """
         r = self._check(r)
         length = int(self._lens[r])
         for name, v in (("start", start), ("end", end)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
                 raise ArgumentError(f"bad argument {name} = {v!r}: must be an int")
         end = length if end is None else int(end)
-        if not 0 <= int(start) <= end <= length:
+        start = int(start)
+        if not 0 <= start <= end <= length:
             raise ArgumentError(
                 f"bad argument span [{start}, {end}): request {r} has {length} tokens"
             )
-        ids = self._host[r, int(start) : end].to(torch.int64)
-        if ids.numel():
-            self.allocator.free(ids)
+        if start == end:
+            return
+        row = self._host[r, :length].numpy().astype(np.int64)
+        span = row[start:end]
+        span = span[span >= 0]
+        ps = int(self.allocator.page_size)
+        kept = np.concatenate([row[:start], row[end:]])
+        kept_pages = np.unique(kept[kept >= 0] // ps)
+        doomed = span[~np.isin(span // ps, kept_pages)]
+        if doomed.size:
+            self.allocator.free(torch.from_numpy(np.ascontiguousarray(doomed)))
         if end == length:
-            self._lens[r] = int(start)
+            self._lens[r] = start
+        else:
+            self._host[r, start:end] = -1
+            self.req_to_token[r, start:end].copy_(self._host[r, start:end], non_blocking=True)
 
     def free_request(self, r: int) -> None:
         """Free every token of request ``r`` and its state slot, then the request slot;
-        reads only the host mirror."""
+        reads only the host mirror. Atomic: every token and the slot are checked live
+        first, so a refused call changes nothing; the row is cleared before freeing.
+
+        Raises:
+            InvalidIdError: ``r`` is not a live request, or a token or the state slot in
+                its row is no longer live (freed elsewhere): nothing is freed then.
+        """
         r = self._check(r)
-        ids = self._host[r, : self._lens[r]].to(torch.int64)
-        if ids.numel():
-            self.allocator.free(ids)
+        row = self._host[r, : self._lens[r]].numpy().astype(np.int64)
+        ids = row[row >= 0]
         slot = int(self._host_state[r])
-        if slot >= 0:
-            self.allocator.mamba_slots.free(torch.tensor([slot], dtype=torch.int64))
-            self.set_state(r, -1)
+        if ids.size:
+            self._check_live_tokens(ids)
+        slots = getattr(self.allocator, "mamba_slots", None)
+        if slot >= 0 and (slots is None or not _is_live(slots, slot)):
+            raise InvalidIdError(f"bad argument r = {r}: its state slot {slot} is not live")
+        # Clear the row first: whatever happens below, the row never names these again.
         self._lens[r] = 0
         self._live[r] = False
         self._free.append(r)
+        self._host_state[r] = -1
+        self.req_to_state[r : r + 1].copy_(self._host_state[r : r + 1], non_blocking=True)
+        earlier: list[DeferredFreeError] = []
+        if ids.size:
+            _despite_earlier(lambda: self.allocator.free(torch.from_numpy(ids)), earlier)
+        if slot >= 0:
+            slot_ids = torch.tensor([slot], dtype=torch.int64)
+            _despite_earlier(lambda: self.allocator.mamba_slots.free(slot_ids), earlier)
+        if earlier:
+            raise earlier[0]
 
     def _check_live_tokens(self, ids: np.ndarray) -> None:
         a = self.allocator
-        pool = a._pool
-        v2p = pool._arena.v2p(a._index)
-        bad = _convert.first_dead_id(ids, v2p, a.page_size, pool.min_slot_index(a.name))
-        if bad is not None:
+        ok = a._rt.live_mask(a._index, ids.astype(np.int64, copy=False))
+        if not ok.all():
+            bad = int(ids[int(np.argmin(ok))])
             raise InvalidIdError(f"bad argument ids: {bad} is not a live token of {a.name!r}")
 
     def _check(self, r: object) -> int:
@@ -227,6 +267,19 @@ class RequestTable:
         if not (0 <= int(r) < self.max_requests and self._live[int(r)]):
             raise InvalidIdError(f"bad argument r = {r}: not a live request slot")
         return int(r)
+
+
+def _despite_earlier(free: Any, earlier: list[DeferredFreeError]) -> None:
+    """Run ``free``; an earlier queued free's rejection, raised before ``free`` did
+    anything, is kept for the caller and ``free`` is run again (it cannot repeat: each
+    queued free is applied once)."""
+    for _ in range(64):
+        try:
+            free()
+            return
+        except DeferredFreeError as exc:
+            earlier.append(exc)
+    raise earlier[-1]
 
 
 def _positive(name: str, value: object) -> int:

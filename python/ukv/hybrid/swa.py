@@ -13,7 +13,7 @@ guarantees both sides fit.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -59,7 +59,8 @@ class SWAHybridAllocator(SubPoolAllocator):
                 f"bad argument swa = {swa!r}: it binds {pool.owner_of(swa)!r}'s ids, not "
                 f"{full!r}'s (build the pool with bind={{{swa!r}: {full!r}}})"
             )
-        super().__init__(pool, f)
+        super().__init__(pool._runtime, f)
+        self._pool = pool
         self._swa = s
         self.swa = pool.allocator(swa)
         self._bind_core()
@@ -79,20 +80,14 @@ class SWAHybridAllocator(SubPoolAllocator):
         self._core_schedulable = partial(a.joint_schedulable_pages, f, s)
 
     def _core_group(self, kind: str) -> Callable[[object], None]:
-        f, s, arena = self._index, self._swa, self._arena
-        # Both sides' groups open together; the SWA side closes first, then the owner.
-        order = (f, s) if kind == "group_begin" else (s, f)
-        boundary = arena.free_group_begin if kind == "group_begin" else arena.free_group_end
+        # One core operation for both sides (checked before either changes); closing
+        # releases both sides' queued pages in one plan.
+        a, f, s = self._arena, self._index, self._swa
+        boundary = a.swa_free_group_begin if kind == "group_begin" else a.swa_free_group_end
+        return lambda _ids: boundary(f, s)
 
-        def both(_ids: object) -> None:
-            for i in order:
-                boundary(i)
-
-        return both
-
-    def _group_boundary(self, kind: Literal["group_begin", "group_end"]) -> None:
-        super()._group_boundary(kind)
-        self._pool._group_open[self._swa] = kind == "group_begin"
+    def _group_pools(self) -> tuple[int, ...]:
+        return (self._index, self._swa)
 
     # ----- the window -------------------------------------------------------------------
 
@@ -110,7 +105,7 @@ class SWAHybridAllocator(SubPoolAllocator):
             InvalidIdError: an id that is not live on the full side.
             ArgumentError: wrong dtype, rank or contiguity.
         """
-        self._free_with(self._core_free_swa, ids, "ids")
+        self._rt.free(self._index, ids, self._core_free_swa, "ids")
 
     def _core_free_swa(self, ids: np.ndarray) -> None:
         self._arena.swa_free_nonowner(self._index, self._swa, ids)
@@ -129,7 +124,7 @@ class SWAHybridAllocator(SubPoolAllocator):
         Returns:
             Tensor: shape ``[N]`` int32.
         """
-        self._pool._check_usable()
+        self._rt.check_usable()
         return ops.translate(
             ids, self.swa._tables.v2p, self.page_size, out=out, out_dtype=torch.int32
         )

@@ -1,0 +1,260 @@
+"""``PoolRuntime``: what a pool's allocators may ask of the pool, in one named place.
+
+The user-facing :class:`~ukv.pool.UnifiedKVPool` builds one runtime and hands it to each of
+its allocators; they never call the pool itself. The runtime owns the machinery every
+operation goes through: the native arena and the pool's lock, executing the arena's plan
+on the pool's device (a failure poisons the pool), the queue of frees not applied yet
+(:mod:`ukv.execution.frees`), the forwards reported in flight
+(:mod:`ukv.execution.forwards`) and the device record of bad ``last_loc`` values.
+
+Which calls apply queued frees: only the mutating ones (alloc, free, group boundaries,
+flush, clear, ``sync_frees``). Queries (sizes, ``stats``, ``get_cpu_copy``) never apply a
+free nor move a page, so physical ids from ``translate_kv_loc`` stay valid until the next
+mutating call by any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from ukv import _convert
+from ukv._tables import DeviceTables, to_device
+from ukv.errors import ArgumentError, PoolPoisonedError
+from ukv.execution import make_executor
+from ukv.execution.continuation import DeviceLast, FaultRecord
+from ukv.execution.deferred import Deferred, LandingIds
+from ukv.execution.forwards import Forwards
+from ukv.execution.frees import DeferredFrees
+
+logger = logging.getLogger("ukv")
+
+Boundary = Literal["group_begin", "group_end"]
+
+
+class PoolRuntime:
+    """The internal interface between a pool, its allocators and its executor.
+
+    Args:
+        arena: The native arena (``ukv._core.Arena``).
+        raw: The pool's byte buffer.
+        device: The pool's device.
+        owners: ``{sub-pool index: owner index}`` for sub-pools that bind another's ids.
+    """
+
+    def __init__(self, arena: Any, raw: torch.Tensor, device: torch.device, owners: dict[int, int]):
+        self.arena = arena
+        self.device = device
+        self.lock = threading.RLock()
+        n = arena.num_pools()
+        self.info = [arena.pool_info(i) for i in range(n)]
+        table_device = torch.device("cpu") if device.type == "meta" else device
+        self.tables = [DeviceTables(arena, i, table_device) for i in range(n)]
+        self.poisoned: str | None = None
+        # Continuations of a device last_loc that failed their check (on the tables' device).
+        self.faults = FaultRecord(table_device)
+        self.forwards = Forwards()
+        self.executor = make_executor(raw, arena, self.tables, self.info, self.forwards.wait)
+        self.run = self.executor.run
+        self.cuda_index = device.index if device.type == "cuda" else -1
+        self.ring = getattr(self.executor, "ring", None) if device.type == "cuda" else None
+        names = [i["name"] for i in self.info]
+        self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
+        if self.ring is not None:
+            self.ring.on_reuse = self._settle_segment
+
+    # ----- plans --------------------------------------------------------------------------
+
+    def execute(self, want_ids: bool = False, last: DeviceLast | None = None) -> Any:
+        """Execute the arena's last plan; a failure poisons the pool.
+
+        Returns the allocation's ids on the pool's device when ``want_ids`` and the
+        executor writes them (CUDA), else None (the caller wraps the host array).
+        """
+        try:
+            if self.cuda_index >= 0 and torch._C._cuda_getDevice() != self.cuda_index:
+                with torch.cuda.device(self.cuda_index):
+                    return self.run(want_ids, last)
+            return self.run(want_ids, last)
+        except BaseException as exc:  # any failure: tables and bytes may now disagree
+            raise self.poison(f"executing a plan failed: {exc!r}") from exc
+
+    def poison(self, why: str) -> PoolPoisonedError:
+        """Refuse every later call: the core's tables may no longer match the device."""
+        self.poisoned = why
+        self.arena.poison(why)
+        logger.error("ukv pool poisoned: %s", why)
+        return PoolPoisonedError(f"the pool is unusable: {why}")
+
+    def check_usable(self) -> None:
+        """Raise :class:`~ukv.errors.PoolPoisonedError` if the pool was poisoned."""
+        if self.poisoned is not None:
+            raise PoolPoisonedError(f"the pool is unusable: {self.poisoned}")
+
+    def check_not_capturing(self, what: str) -> None:
+        """Refuse a mutating call while the current stream captures a CUDA graph: its
+        host tables would commit while its kernels were only captured."""
+        if self.cuda_index >= 0 and torch._C._cuda_isCurrentStreamCapturing():
+            raise ArgumentError(
+                f"bad call {what}: the current stream is capturing a CUDA graph; allocate, "
+                "free and flush outside capture (translate_kv_loc and set_kv are capturable)"
+            )
+
+    def ids_out(self, ids: np.ndarray) -> torch.Tensor:
+        """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
+        if self.tables[0].device.type == "cpu":
+            return torch.from_numpy(ids)
+        return to_device(ids, self.tables[0].device)
+
+    @property
+    def returns_ids(self) -> bool:
+        """Whether the executor writes an allocation's ids on the device itself."""
+        return bool(self.executor.returns_ids)
+
+    @property
+    def gpu_waits(self) -> int:
+        """Times a call waited for the GPU (queued frees, staging memory)."""
+        return self.frees.waits + (self.ring.waits if self.ring is not None else 0)
+
+    def live_mask(self, i: int, ids: np.ndarray) -> np.ndarray:
+        """Which of these virtual ids are live on sub-pool ``i`` (vectorised)."""
+        ps = int(self.info[i]["page_size"])
+        floor = int(self.info[i]["min_virtual_page"]) * ps
+        return _convert.live_mask(ids, self.arena.v2p(i), ps, floor)
+
+    # ----- queued frees -------------------------------------------------------------------
+
+    def settle(self, wait: bool = False) -> None:
+        """Apply queued frees whose ids have landed (all of them with ``wait``)."""
+        self.frees.settle(self._apply, wait)
+
+    def _apply(self, entry: Deferred, ids: np.ndarray | None) -> None:
+        assert entry.apply is not None, "every queued entry says how it applies"
+        entry.apply(ids)
+        self.execute()
+
+    def free(
+        self, index: int, value: object, core_free: Callable[[np.ndarray], None], name: str
+    ) -> None:
+        """Free through ``core_free``: now (host ids, nothing of their id space queued),
+        queued behind that space's queued frees (host ids), or once landed (GPU ids)."""
+        if self.ring is not None and type(value) is torch.Tensor and value.is_cuda:
+            self._free_device_ids(index, value, core_free, name)
+            return
+        ids = _convert.host_ids(name, value)
+        if ids.size == 0:
+            return
+        with self.lock:
+            self.check_usable()
+            self.check_not_capturing("free")
+            if self.frees:
+                self.settle()
+                if self.frees.blocks(index):
+                    self.frees.push_host_free(index, ids, core_free)
+                    return
+            core_free(ids)
+            self.execute()
+
+    def _free_device_ids(
+        self, index: int, ids: torch.Tensor, apply: Callable[[np.ndarray], None], name: str
+    ) -> None:
+        """Queue a free of ids on the pool's GPU: an async copy to pinned memory, applied
+        once it has landed. Checks what it can without reading the ids."""
+        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+            raise ArgumentError(
+                f"bad argument {name}: dtype {ids.dtype} shape {tuple(ids.shape)} must be "
+                "1-D int32/int64"
+            )
+        if not ids.is_contiguous():
+            raise ArgumentError(f"bad argument {name}: stride {ids.stride()} must be contiguous")
+        if ids.get_device() != self.cuda_index:
+            raise ArgumentError(
+                f"bad argument {name}: device {ids.device} is not the pool's {self.device}"
+            )
+        if ids.numel() == 0:
+            return
+        ring = self.ring
+        assert ring is not None
+        with self.lock:
+            self.check_usable()
+            self.check_not_capturing("free")
+            if self.cuda_index >= 0 and torch._C._cuda_getDevice() != self.cuda_index:
+                with torch.cuda.device(self.cuda_index):
+                    landing = LandingIds.stage(ring, ids)
+            else:
+                landing = LandingIds.stage(ring, ids)
+            self.queue_free(index, landing, apply)
+
+    def queue_free(
+        self, index: int, landing: LandingIds, apply: Callable[[np.ndarray], None]
+    ) -> None:
+        """Queue a free whose ids arrive in ``landing`` (the one entry point of frees of
+        GPU ids; tests on the CPU queue stand-in landings through it)."""
+        with self.lock:
+            self.frees.push(Deferred(index, "free", landing, apply))
+
+    def group_boundary(
+        self,
+        index: int,
+        pools: tuple[int, ...],
+        kind: Boundary,
+        apply: Callable[[object], None],
+        label: str,
+    ) -> None:
+        """Open or close a free group of ``pools`` (``index``'s id space) through ``apply``;
+        queued behind that space's queued frees so a group holds exactly the frees issued
+        inside it."""
+        opening = kind == "group_begin"
+        with self.lock:
+            self.check_usable()
+            self.check_not_capturing(kind)
+            for i in pools:
+                if self.frees.group_open[i] == opening:
+                    state = "already open" if opening else "not open"
+                    raise ArgumentError(
+                        f"bad call {kind.replace('group', 'free_group')} on sub-pool "
+                        f"{self.info[i]['name']!r}: a free group is {state} ({label})"
+                    )
+            if self.frees:
+                self.settle()
+            if self.frees.blocks(index):
+                self.frees.push(Deferred(index, kind, apply=apply))
+            else:
+                apply(None)
+                if not opening:
+                    self.execute()
+            for i in pools:
+                self.frees.group_open[i] = opening
+
+    def _settle_segment(self, seg: int) -> None:
+        """The staging ring needs segment ``seg`` back: the queued frees and write sets
+        landing there keep private copies of their ids (waiting if still in flight)."""
+        for landing in self.frees.in_segment(seg) + self.forwards.in_segment(seg):
+            if not landing.landed():
+                self.frees.waits += 1
+            landing.detach()
+
+    # ----- allocation helpers -------------------------------------------------------------
+
+    def allocate(
+        self, op: Callable[[], Any], index: int, want_ids: bool, last: Any = None
+    ) -> tuple[Any, Any]:
+        """Run an allocation through the core and execute its plan; returns ``(result,
+        device ids or None)``. When it does not fit and frees of its id space (or any
+        space: a neighbour's frees give bytes too) are in flight, they are applied first,
+        waiting for them (counted in ``gpu_waits``)."""
+        with self.lock:
+            self.check_not_capturing("alloc")
+            if self.frees:
+                self.settle()
+            res = op()
+            if res is None and self.frees.frees():
+                self.settle(wait=True)
+                res = op()
+            out = self.execute(res is not None and want_ids and self.returns_ids, last)
+        return res, out
