@@ -17,7 +17,7 @@ import torch
 
 import ukv
 from ukv.execution import HostExecutor, MetaExecutor, PackedExecutor
-from ukv.execution.deferred import Deferred, LandingIds
+from ukv.execution.deferred import LandingIds
 
 
 def _specs() -> list[ukv.Spec]:
