@@ -400,7 +400,8 @@ class SubPoolAllocator:
             res = fast(ids, out)
             if res is not None:
                 return res
-        return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
+        with self._rt.on_device():
+            return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
 
     def __repr__(self) -> str:
         wm, live, holes, pending, _ = self._arena.pool_state(self._index)

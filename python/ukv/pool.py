@@ -342,7 +342,8 @@ class UnifiedKVPool:
             raise ArgumentError(
                 f"bad argument layer = {layer!r}: sub-pool {name!r} has {len(targets)} layers"
             )
-        ops.store_kv_to(targets[int(layer)], loc, k, v, k_scale=k_scale, v_scale=v_scale)
+        with self._runtime.on_device():
+            ops.store_kv_to(targets[int(layer)], loc, k, v, k_scale=k_scale, v_scale=v_scale)
 
     def get_cpu_copy(self, name: str, ids: torch.Tensor, *, non_blocking: bool = False) -> HostCopy:
         """Host copies of the bytes of these virtual tokens (KV) or slots (state), for offload.

@@ -103,6 +103,12 @@ class DirectKernel:
                 path (the first launch under a key, or no direct path).
             constexprs: The constexpr arguments by name (they follow ``args``).
         """
+        if device_index >= 0 and torch._C._cuda_getDevice() != device_index:
+            # The kernel's module is loaded in, and Triton compiles for, the current
+            # device: make it the pool's for this launch (review round 3, S2).
+            with torch.cuda.device(device_index):
+                self.launch(grid, device_index, key, args, jit_args, constexprs)
+            return
         hit = self._compiled.get(key) if self.direct else None
         if hit is not None and not _hooked():
             raw, function, coop, pdl, metadata = hit

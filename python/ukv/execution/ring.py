@@ -20,6 +20,7 @@ no events, no waits.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,12 @@ class StagingRing:
         self._stream: torch.cuda.Stream | None = None
         self._big: list[tuple[torch.cuda.Event, torch.Tensor]] = []
         self._index = device.index if device.index is not None else 0
+        if self.cuda:
+            # Kernels read this memory zero-copy, invisibly to the caching host allocator:
+            # when the ring goes, its memory may be handed out again only after the device
+            # has run them (review round 3, S4). A teardown waits; nothing else does.
+            fin = weakref.finalize(self, _drain, self._index, self.tensor, self._big)
+            fin.atexit = False
 
     # ----- slots --------------------------------------------------------------------------
 
@@ -126,7 +133,7 @@ class StagingRing:
 
     def big(self, n: int) -> tuple[torch.Tensor, np.ndarray]:
         """A pinned buffer of its own for a payload larger than what the window has."""
-        self._big = [(ev, t) for ev, t in self._big if not ev.query()]
+        self._big[:] = [(ev, t) for ev, t in self._big if not ev.query()]
         t = torch.empty(n + 2, dtype=torch.int64, pin_memory=self.cuda)
         return t, t.numpy()
 
@@ -165,6 +172,14 @@ class StagingRing:
         ev = self._spare.pop() if self._spare else torch.cuda.Event()
         ev.record(stream)
         return ev
+
+
+def _drain(index: int, *_keep_alive: object) -> None:
+    """Wait for device ``index`` before the ring's memory (held by the arguments) is freed."""
+    try:
+        torch.cuda.synchronize(index)
+    except RuntimeError:  # a device already torn down runs nothing any more
+        pass
 
 
 def device_address(t: torch.Tensor) -> int:

@@ -15,6 +15,7 @@ mutating call by any thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -69,6 +70,13 @@ class PoolRuntime:
             self.ring.on_reuse = self._settle_segment
 
     # ----- plans --------------------------------------------------------------------------
+
+    def on_device(self) -> Any:
+        """A context that makes the pool's GPU current (a no-op when it is, or off CUDA):
+        Triton launches on, and compiles for, the current device."""
+        if self.cuda_index >= 0 and torch._C._cuda_getDevice() != self.cuda_index:
+            return torch.cuda.device(self.cuda_index)
+        return contextlib.nullcontext()
 
     def execute(self, want_ids: bool = False, last: DeviceLast | None = None) -> Any:
         """Execute the arena's last plan; a failure poisons the pool.

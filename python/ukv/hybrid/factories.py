@@ -100,6 +100,7 @@ def build_swa_hybrid(
     max_tokens: int | None = None,
     max_requests: int | None = None,
     max_context_len: int,
+    max_extend_tokens: int | None = None,
     page_size: int = 16,
     device: str | torch.device = "cuda",
     lazy: bool = False,
@@ -112,10 +113,15 @@ def build_swa_hybrid(
         swa: Sliding-window spec (grows down), unless ``model`` is given.
         window: The sliding window in tokens (taken from ``model`` when given).
         model: A preset name, a ``config.json`` path or a ``ModelShape`` (an SWA model).
+        max_extend_tokens: The largest single extend (the prefill chunk); default
+            ``max_context_len`` (unchunked prefill). An extend binds all its new tokens on
+            the SWA side too until ``free_swa`` trims them, so the boot check admits one
+            request of ``max_context_len`` tokens whose SWA side holds its window plus one
+            such extend.
         tp_size, total_bytes, max_tokens, max_requests, max_context_len, page_size,
         device, lazy: As :func:`build_mamba_hybrid`; ``max_tokens`` counts full tokens,
             and each request is sized for ``min(max_context_len, window + page_size)``
-            SWA tokens.
+            SWA tokens, plus one extend in flight.
 
     Raises:
         PoolConfigError: as :func:`build_mamba_hybrid`, or a missing window.
@@ -126,15 +132,29 @@ def build_swa_hybrid(
     full, swa = _specs(full, swa, model, tp_size, MHASpec, "swa")
     if window is None or isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         raise PoolConfigError(f"invalid window = {window!r}: must be a positive int (tokens)")
+    if isinstance(max_context_len, bool) or not isinstance(max_context_len, int):
+        raise PoolConfigError(
+            f"invalid max_context_len = {max_context_len!r}: must be a positive int"
+        )
+    extend = max_context_len if max_extend_tokens is None else max_extend_tokens
+    if isinstance(extend, bool) or not isinstance(extend, int) or extend <= 0:
+        raise PoolConfigError(
+            f"invalid max_extend_tokens = {max_extend_tokens!r}: must be a positive int"
+        )
     win_tokens = min(max_context_len, window + page_size)
+    # The window, then one extend binding every new token on the SWA side as well.
+    peak_tokens = min(max_context_len, window + page_size + extend)
 
     def bytes_for(tokens: int, requests: int) -> int:
         kv = _pages(tokens, page_size) * full.page_bytes(page_size)
-        return kv + requests * _pages(win_tokens, page_size) * swa.page_bytes(page_size)
+        swa_pages = (requests - 1) * _pages(win_tokens, page_size) + _pages(peak_tokens, page_size)
+        return kv + swa_pages * swa.page_bytes(page_size)
 
     worst = bytes_for(max_context_len, 1)
     total = _budget(total_bytes, max_tokens, max_requests, bytes_for)
-    _boot_check(total, [full, swa], page_size, worst, max_context_len, "and its window")
+    _boot_check(
+        total, [full, swa], page_size, worst, max_context_len, "with its window and one extend"
+    )
     pool = UnifiedKVPool(
         total,
         [full, swa],

@@ -103,9 +103,7 @@ class RequestTable:
         self._check_live_tokens(arr)
         self._host[r, start : start + n] = torch.from_numpy(arr.astype(np.int32, copy=False))
         self._lens[r] = start + n
-        self.req_to_token[r, start : start + n].copy_(
-            self._host[r, start : start + n], non_blocking=True
-        )
+        self._push(self.req_to_token[r, start : start + n], self._host[r, start : start + n])
 
     def tokens(self, r: int) -> torch.Tensor:
         """Request ``r``'s virtual tokens from the host mirror, shape ``[length]`` int64
@@ -141,7 +139,7 @@ class RequestTable:
         if int(slot) != -1 and (slots is None or not _is_live(slots, int(slot))):
             raise InvalidIdError(f"bad argument slot = {slot}: not a live state slot")
         self._host_state[r] = int(slot)
-        self.req_to_state[r : r + 1].copy_(self._host_state[r : r + 1], non_blocking=True)
+        self._push(self.req_to_state[r : r + 1], self._host_state[r : r + 1])
 
     def state(self, r: int) -> int:
         """Request ``r``'s virtual state slot from the host mirror (−1: none)."""
@@ -219,7 +217,7 @@ class RequestTable:
             self._lens[r] = start
         else:
             self._host[r, start:end] = -1
-            self.req_to_token[r, start:end].copy_(self._host[r, start:end], non_blocking=True)
+            self._push(self.req_to_token[r, start:end], self._host[r, start:end])
 
     def free_request(self, r: int) -> None:
         """Free every token of request ``r`` and its state slot, then the request slot;
@@ -244,7 +242,7 @@ class RequestTable:
         self._live[r] = False
         self._free.append(r)
         self._host_state[r] = -1
-        self.req_to_state[r : r + 1].copy_(self._host_state[r : r + 1], non_blocking=True)
+        self._push(self.req_to_state[r : r + 1], self._host_state[r : r + 1])
         earlier: list[DeferredFreeError] = []
         if ids.size:
             _despite_earlier(lambda: self.allocator.free(torch.from_numpy(ids)), earlier)
@@ -253,6 +251,19 @@ class RequestTable:
             _despite_earlier(lambda: self.allocator.mamba_slots.free(slot_ids), earlier)
         if earlier:
             raise earlier[0]
+
+    def _push(self, dst: torch.Tensor, rows: torch.Tensor) -> None:
+        """Copy host mirror ``rows`` to the device table, in order with later kernels and
+        without a wait. On CUDA the copy reads a pinned snapshot of its own, never the
+        mirror itself: the mirror row may be rewritten (a freed suffix re-appended, a
+        row reused) before the copy has run (review round 3, S5); the caching host
+        allocator keeps the snapshot until its copy is done."""
+        if dst.is_cuda:
+            snap = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+            snap.copy_(rows)
+            dst.copy_(snap, non_blocking=True)
+        else:
+            dst.copy_(rows)
 
     def _check_live_tokens(self, ids: np.ndarray) -> None:
         a = self.allocator

@@ -125,9 +125,10 @@ class SWAHybridAllocator(SubPoolAllocator):
             Tensor: shape ``[N]`` int32.
         """
         self._rt.check_usable()
-        return ops.translate(
-            ids, self.swa._tables.v2p, self.page_size, out=out, out_dtype=torch.int32
-        )
+        with self._rt.on_device():
+            return ops.translate(
+                ids, self.swa._tables.v2p, self.page_size, out=out, out_dtype=torch.int32
+            )
 
     def full_available_size(self) -> int:
         """Tokens the full side alone could take now (not the joint capacity)."""
