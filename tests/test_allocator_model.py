@@ -302,9 +302,7 @@ class ArenaModel:
         # A non-urgent flush moves no state slot while any forward is unretired (it
         # updates its batch's states in place; review round 3, C6).
         states_blocked = not urgent and bool(self.events)
-        return sum(
-            self.flush_one(s, urgent) for s in self.sides if s.paged or not states_blocked
-        )
+        return sum(self.flush_one(s, urgent) for s in self.sides if s.paged or not states_blocked)
 
     @staticmethod
     def set_write_set(s: SideModel, token: int, tokens: list[int]) -> None:

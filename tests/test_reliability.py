@@ -799,7 +799,9 @@ def test_python_soak_stays_flat_and_drains(lazy: bool, page_size: int) -> None:
     assert [(sp.live_pages, sp.holes, sp.pending_pages, sp.span_pages) for sp in s.sub_pools] == [
         (0, 0, 0, 0)
     ] * 2
-    assert len(pool._runtime.forwards.events) == 0 and len(pool._runtime.forwards.write_locs) == 0, "event bookkeeping grew"
+    assert (
+        len(pool._runtime.forwards.events) == 0 and len(pool._runtime.forwards.write_locs) == 0
+    ), "event bookkeeping grew"
     if rss_warm and PY_SOAK_OPS >= 100_000:
         assert _rss_kib() - rss_warm < 32 * 1024, "RSS grew during the soak"
     assert invalid > 0

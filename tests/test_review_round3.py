@@ -38,9 +38,7 @@ class StandIn:
 
 def _full_mamba(lazy: bool = False, ps: int = 1) -> ukv.UnifiedKVPool:
     full = ukv.MHASpec("full", 1, 1, 4, torch.float32, grow="up")
-    mamba = ukv.MambaSpec(
-        "mamba", 1, ((2,),), torch.float32, (2,), torch.float32, grow="down"
-    )
+    mamba = ukv.MambaSpec("mamba", 1, ((2,),), torch.float32, (2,), torch.float32, grow="down")
     return ukv.UnifiedKVPool(1 << 13, [full, mamba], page_size=ps, device="cpu", lazy=lazy)
 
 
