@@ -321,7 +321,14 @@ def test_factories_build_preset_pools_on_meta(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["gpt-oss-120b", "Gemma-3-27B"])
 def test_swa_factory_from_preset(name: str) -> None:
-    hp = ukv.build_swa_hybrid(model=name, total_bytes=8 << 30, max_context_len=32768, device="meta")
+    # An unchunked 32K prefill binds 32K SWA tokens too: size for 8K prefill chunks.
+    hp = ukv.build_swa_hybrid(
+        model=name,
+        total_bytes=8 << 30,
+        max_context_len=32768,
+        max_extend_tokens=8192,
+        device="meta",
+    )
     assert hp.window is not None
     ids = hp.allocator.alloc(1024)
     assert ids is not None

@@ -217,6 +217,8 @@ def test_mutating_calls_refuse_graph_capture() -> None:
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     kv.translate_kv_loc(ids, out=out)  # warm the launch outside capture
+    kv.free(kv.alloc(2))  # a free of device ids, queued while its ids land
+    queued = pool.stats().inflight_frees
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):
             kv.translate_kv_loc(ids, out=out)  # capturable
@@ -225,6 +227,8 @@ def test_mutating_calls_refuse_graph_capture() -> None:
                     call()
     graph.replay()
     torch.cuda.synchronize()
+    assert pool.stats().inflight_frees <= queued, "capture applied or queued nothing"
+    pool.sync_frees()
     assert kv.allocated_count() == 4, "nothing was committed during capture"
     assert out.tolist() == kv.translate_kv_loc(ids).tolist()
     pool.check_invariants()
