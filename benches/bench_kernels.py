@@ -122,10 +122,10 @@ def _move_plan(page_bytes: int, move_bytes: int):
 
 
 def _check_move(buf, page_bytes, src, dst) -> None:
-    from ukv import ops
+    from ukv import ops, reference
 
     expected = buf.clone()
-    ops.move_pages_ref(expected, page_bytes, src, dst)
+    reference.move_pages_ref(expected, page_bytes, src, dst)
     ops.move_pages(buf, page_bytes, src, dst)
     if not torch.equal(buf, expected):
         raise AssertionError(f"move_pages differs from its reference at {page_bytes} B pages")
@@ -305,7 +305,7 @@ def _translate_chain(ids, v2p, ps) -> torch.Tensor:
 
 
 def _graph_capture_ok(ids, v2p, ps) -> bool:
-    from ukv import ops
+    from ukv import ops, reference
 
     out = torch.zeros_like(ids)
     ops.translate(ids, v2p, ps, out=out)
@@ -317,7 +317,7 @@ def _graph_capture_ok(ids, v2p, ps) -> bool:
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    return bool(torch.equal(out, ops.translate_ref(ids, v2p, ps)))
+    return bool(torch.equal(out, reference.translate_ref(ids, v2p, ps)))
 
 
 def bench_translate() -> list[dict]:
