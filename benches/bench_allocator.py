@@ -51,16 +51,9 @@ Without SGLang the bench runs ukv alone and the result file says why the peer is
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
-import gc
-import importlib.metadata
 import inspect
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -75,6 +68,18 @@ import ukv
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from harness import (  # noqa: E402 - benches/ is on sys.path now
+    Config,
+    calibrate,
+    environment,
+    fmt_us,
+    load_average,
+    load_peer,
+    timed_round,
+    utc_now,
+    write_results,
+)
 
 # ----- geometry ----------------------------------------------------------------------------
 
@@ -584,25 +589,6 @@ def trace_decode(side: Any) -> tuple[Callable[[int, bool], float], float]:
 
 
 @dataclass
-class Config:
-    rounds: int
-    round_s: float
-    warm_iters: int
-    min_iters: int
-    max_iters: int
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, quick: Config, full: Config) -> Config:
-        """``quick`` or ``full`` as ``--quick`` says, with ``--rounds``/``--round-s`` applied."""
-        cfg = quick if args.quick else full
-        if args.rounds is not None:
-            cfg.rounds = args.rounds
-        if args.round_s is not None:
-            cfg.round_s = args.round_s
-        return cfg
-
-
-@dataclass
 class Row:
     """One line of the table."""
 
@@ -627,15 +613,6 @@ class Row:
         if self.target is None or self.ratio is None:
             return None
         return self.ratio >= self.target
-
-
-def _timed_round(fn: Callable[[int, bool], float], n: int) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        return fn(n, False)
-    finally:
-        gc.enable()
 
 
 class Runner:
@@ -671,20 +648,20 @@ class Runner:
         for side, run in zip(sides, runs):
             m0 = side.moved()
             run(cfg.warm_iters, True)
-            t = _timed_round(run, cfg.warm_iters) / cfg.warm_iters
+            t = timed_round(run, cfg.warm_iters) / cfg.warm_iters
             moved = (side.moved() - m0) / (2 * cfg.warm_iters)
             if abs(moved - moves_per_op) > 1e-9:
                 raise CheckError(
                     f"{side.label}: {moved} page moves per op in warm-up, expected {moves_per_op}"
                 )
-            iters.append(int(min(cfg.max_iters, max(cfg.min_iters, cfg.round_s / max(t, 1e-9)))))
+            iters.append(calibrate(cfg, t))
         per_round: list[list[float]] = [[] for _ in sides]
         extras: list[dict[str, list[float]]] = [{} for _ in sides]
         moves: list[float] = [0.0 for _ in sides]
         for _ in range(cfg.rounds):
             for j, (side, run) in enumerate(zip(sides, runs)):
                 m0 = side.moved()
-                sec = _timed_round(run, iters[j])
+                sec = timed_round(run, iters[j])
                 moves[j] = (side.moved() - m0) / iters[j]
                 if abs(moves[j] - moves_per_op) > 1e-9:
                     raise CheckError(
@@ -840,74 +817,6 @@ def _print_row(row: Row) -> None:
 # ----- environment and output --------------------------------------------------------------
 
 
-def _sh(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except Exception:  # noqa: BLE001 - environment facts are best effort
-        return "?"
-
-
-def _cpu_model() -> str:
-    for line in _sh(["lscpu"]).splitlines():
-        if line.lower().startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "?"
-
-
-def _mem_gib() -> str:
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(f.readline().split()[1])
-        return f"{kb / (1 << 20):.1f} GiB"
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-def _ukv_commit() -> str:
-    if os.environ.get("UKV_COMMIT"):  # set by benches/gpu_run.sh: a copied tree's git may be stale
-        return os.environ["UKV_COMMIT"]
-    repo = HERE.parent
-    sha = _sh(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"])
-    dirty = _sh(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])
-    return f"{sha} (working tree has uncommitted changes)" if dirty else sha
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def environment() -> dict[str, Any]:
-    core = Path(ukv.__file__).parent
-    so = sorted(core.glob("_core*.so"))
-    built = (
-        datetime.datetime.fromtimestamp(so[0].stat().st_mtime, datetime.UTC).isoformat(
-            timespec="seconds"
-        )
-        if so
-        else "?"
-    )
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": _cpu_model(),
-        "memory": _mem_gib(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "ukv": f"{_version('ukv')} @ {_ukv_commit()}, native module built {built}",
-        "sglang": _version("sglang"),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
-
-
 def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
     env = meta["env"]
     lines = [
@@ -947,9 +856,9 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
         met = {True: "met", False: "**not met**", None: "—"}[r.met]
         if r.peer is None:
             met = "peer missing" if r.target is not None else "—"
-        peer = _fmt(r.peer and r.peer["us"]) + (" ‡" if r.peer_substitute else "")
+        peer = fmt_us(r.peer and r.peer["us"]) + (" ‡" if r.peer_substitute else "")
         lines.append(
-            f"| {r.trace} | {r.what} | {r.page_size} | {r.mode} | {_fmt(r.ukv and r.ukv['us'])} "
+            f"| {r.trace} | {r.what} | {r.page_size} | {r.mode} | {fmt_us(r.ukv and r.ukv['us'])} "
             f"| {peer} | {ratio} | {target} | {met} |"
         )
     notes = sorted({r.peer_note for r in rows if r.peer_note})
@@ -989,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    load_start = _sh(["uptime"])
+    load_start = load_average()
     torch.set_num_threads(1)
     cfg = Config.from_args(
         args,
@@ -997,18 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         full=Config(rounds=7, round_s=0.25, warm_iters=5, min_iters=10, max_iters=200_000),
     )
 
-    factory, peer_desc = None, "skipped (--no-peer)"
-    if not args.no_peer:
-        import peer_sglang
-
-        factory, reason = peer_sglang.load()
-        peer_desc = reason if factory is not None else f"MISSING: {reason}"
-    print(f"peer: {peer_desc}", flush=True)
-    torch.set_num_threads(1)  # importing sglang must not change it
-    # torch + sglang leave ~1M objects; a full collection of them costs ~0.3 s. Move them to
-    # the permanent generation once, so the collection before each round stays cheap.
-    gc.collect()
-    gc.freeze()
+    factory, peer_desc = load_peer(args.no_peer)
 
     runner = Runner(cfg, factory)
     for ps in (1, 16):
@@ -1036,20 +934,18 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None
         else "python benches/bench_allocator.py " + " ".join(argv),
         "env": environment(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "peer": peer_desc,
         "config": cfg.__dict__,
         "geometry": runner.geometry,
-        "load_start": load_start.split("load average:")[-1].strip(),
-        "load_end": _sh(["uptime"]).split("load average:")[-1].strip(),
+        "load_start": load_start,
+        "load_end": load_average(),
         "wall_s": time.perf_counter() - t_start,
     }
     text = markdown(meta, runner.rows)
     print()
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
         data = {
             **meta,
             "rows": [
@@ -1069,7 +965,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in runner.rows
             ],
         }
-        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        write_results(args.out, text, data)
     return 0
 
 

@@ -51,11 +51,8 @@ goes on.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -75,15 +72,23 @@ sys.path.insert(0, str(HERE))
 from bench_allocator import (  # noqa: E402 - the shared sides and checks of the CPU bench
     MAMBA_SPEC,
     CheckError,
-    Config,
     PeerSide,
     UkvSide,
     _check_stamps,
     _half_full,
     _must,
     _requests,
-    _ukv_commit,
-    environment,
+)
+from harness import (  # noqa: E402
+    Config,
+    calibrate,
+    fmt_us,
+    load_peer,
+    machine,
+    ukv_commit,
+    utc_now,
+    versions,
+    write_results,
 )
 
 BATCH_PAGES = 4096
@@ -413,7 +418,7 @@ def measure(
         except Exception as exc:  # noqa: BLE001 - reported in the row
             out[v.label] = _failed(v.label, exc)
             continue
-        iters[v.label] = int(min(cfg.max_iters, max(cfg.min_iters, cfg.round_s / max(t, 1e-9))))
+        iters[v.label] = calibrate(cfg, t)
         live.append((v, run))
     per_round: dict[str, list[float]] = {v.label: [] for v, _ in live}
     moved = {v.label: 0 for v, _ in live}
@@ -802,38 +807,6 @@ class NoWaitProbe:
 # ----- output ------------------------------------------------------------------------------
 
 
-def _sh(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:  # noqa: BLE001 - environment facts are best effort
-        return "?"
-
-
-def machine(dev: Device) -> str:
-    env = environment()
-    host = f"{env['nproc']} CPUs ({env['cpu']}), {env['memory']} RAM"
-    if not dev.cuda:
-        return f"no GPU (--device cpu); {host}"
-    smi = _sh(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    )
-    return f"{smi or torch.cuda.get_device_name()} (nvidia-smi); {host}"
-
-
-def versions() -> str:
-    env = environment()
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
-    return (
-        f"Python {env['python']}, torch {env['torch']} ({env['torch_threads']} CPU thread), "
-        f"triton {triton_version}, numpy {env['numpy']}, ukv {env['ukv']}, sglang {env['sglang']}"
-    )
-
-
 def markdown(meta: dict[str, Any], rows: list[Row], probes: list[Probe]) -> str:
     sleep = "—" if meta["sleep_ms"] is None else f"~{meta['sleep_ms']:.1f} ms"
     partial = (
@@ -882,7 +855,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], probes: list[Probe]) -> str:
         tries = ", ".join(f"{x:.1f}" for x in p.us)
         if p.error:
             met = f"error: {p.error}"
-        worst = _fmt(p.worst) if p.us else "—"
+        worst = fmt_us(p.worst) if p.us else "—"
         lines.append(f"| {p.side} | {p.call} | {worst} | {tries} | {waits} | {target} | {met} |")
     notes = sorted(set(meta["notes"]))
     if notes:
@@ -905,15 +878,11 @@ def _row_line(row: Row, label: str) -> str:
     inflight = mine.get("max_inflight_frees")
     return (
         f"| {row.what} | {row.page_size} | {row.mode} | {label} | "
-        f"{_fmt(mine['us']) if 'us' in mine else '—'} | {row.reference} | "
-        f"{_fmt(ref['us']) if ref and 'us' in ref else 'missing' if ref is None else '—'} | "
+        f"{fmt_us(mine['us']) if 'us' in mine else '—'} | {row.reference} | "
+        f"{fmt_us(ref['us']) if ref and 'us' in ref else 'missing' if ref is None else '—'} | "
         f"{f'{ratio:.1f}x' if ratio else '—'} | {moves} | "
         f"{'—' if inflight is None else inflight} | {target_text(row.trace)} | {result} |"
     )
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
 
 
 # ----- main --------------------------------------------------------------------------------
@@ -927,13 +896,13 @@ class Report:
         self.out: Path | None = args.out
         self.dev = dev
         self.t_start = T0  # module import: the peer import counts too
-        commit = args.commit or _ukv_commit() or "unknown (no git checkout here; pass --commit)"
+        commit = args.commit or ukv_commit() or "unknown (no git checkout here; pass --commit)"
         self.meta: dict[str, Any] = {
             "command": " ".join(["python benches/bench_cuda_host.py", *args.argv]),
             "device": dev.name,
-            "machine": machine(dev),
+            "machine": machine(dev.cuda),
             "versions": versions(),
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "date": utc_now(),
             "commit": commit,
             "peer": peer,
             "config": asdict(cfg),
@@ -952,15 +921,12 @@ class Report:
         probes = probe.probes if probe else []
         text = markdown(meta, bench.rows, probes)
         if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            stem = self.out / f"{self.dev.name}-host"
-            stem.with_suffix(".md").write_text(text)
             data = {
                 **meta,
                 "rows": [asdict(r) for r in bench.rows],
                 "probe": [asdict(p) for p in probes],
             }
-            stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+            write_results(self.out / f"{self.dev.name}-host.md", text, data)
         return text
 
 
@@ -986,16 +952,7 @@ def main(argv: list[str] | None = None) -> int:
         full=Config(rounds=5, round_s=0.1, warm_iters=5, min_iters=5, max_iters=100_000),
     )
 
-    factory, peer_desc = None, "skipped (--no-peer)"
-    if not args.no_peer:
-        import peer_sglang
-
-        factory, reason = peer_sglang.load(dev.name)
-        peer_desc = reason if factory is not None else f"MISSING: {reason}"
-    print(f"peer: {peer_desc}", flush=True)
-    torch.set_num_threads(1)  # importing sglang must not change it
-    gc.collect()
-    gc.freeze()  # torch + sglang objects: keep the per-round collection cheap
+    factory, peer_desc = load_peer(args.no_peer, dev.name)
 
     report = Report(args, dev, cfg, peer_desc)
     bench = Bench(dev, cfg, factory)
