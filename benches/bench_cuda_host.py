@@ -69,16 +69,6 @@ import ukv
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_allocator import (  # noqa: E402 - the shared sides and checks of the CPU bench
-    MAMBA_SPEC,
-    CheckError,
-    PeerSide,
-    UkvSide,
-    _check_stamps,
-    _half_full,
-    _must,
-    _requests,
-)
 from harness import (  # noqa: E402
     Config,
     calibrate,
@@ -89,6 +79,16 @@ from harness import (  # noqa: E402
     utc_now,
     versions,
     write_results,
+)
+from sides import (  # noqa: E402 - the sides and checks of the CPU bench
+    MAMBA_SPEC,
+    CheckError,
+    PeerSide,
+    UkvSide,
+    check_stamps,
+    half_full,
+    must,
+    requests,
 )
 
 BATCH_PAGES = 4096
@@ -209,19 +209,19 @@ Run = Callable[[int, bool], None]
 
 def trace_pair(v: Variant) -> Run:
     ps = v.side.page_size
-    bg = _half_full(v.side)
+    bg = half_full(v.side)
     alloc, free = v.alloc, v.free
 
     def run(n: int, check: bool) -> None:
         for _ in range(n):
             ids = alloc(ps)
             if check:
-                v.side.stamp(_must(ids, "alloc"))
-                _check_stamps(v.side, ids, "pair alloc")
+                v.side.stamp(must(ids, "alloc"))
+                check_stamps(v.side, ids, "pair alloc")
             free(ids)
         if check:
             v.settle()
-            _check_stamps(v.side, bg, "pair background")
+            check_stamps(v.side, bg, "pair background")
 
     return run
 
@@ -229,7 +229,7 @@ def trace_pair(v: Variant) -> Run:
 def trace_reloc(v: Variant) -> Run:
     ps = v.side.page_size
     alloc, free = v.alloc, v.free
-    live = [_must(alloc(ps), "alloc") for _ in range(RELOC_LIVE)]
+    live = [must(alloc(ps), "alloc") for _ in range(RELOC_LIVE)]
     for ids in live:
         v.side.stamp(ids)
     # Victims among the older allocations; the new page sits on top, so every free of an
@@ -244,14 +244,14 @@ def trace_reloc(v: Variant) -> Run:
             i += 1
             new = alloc(ps)
             if check:
-                v.side.stamp(_must(new, "alloc"))
+                v.side.stamp(must(new, "alloc"))
             free(live[j])
             live[j] = new
         state["i"] = i
         if check:
             v.settle()
             for ids in live:
-                _check_stamps(v.side, ids, "reloc survivors")
+                check_stamps(v.side, ids, "reloc survivors")
 
     return run
 
@@ -264,8 +264,8 @@ def trace_batch(v: Variant) -> Run:
         for _ in range(n):
             ids = alloc(need)
             if check:
-                v.side.stamp(_must(ids, "batch alloc"))
-                _check_stamps(v.side, ids, "batch alloc")
+                v.side.stamp(must(ids, "batch alloc"))
+                check_stamps(v.side, ids, "batch alloc")
             free(ids)
 
     return run
@@ -273,7 +273,7 @@ def trace_batch(v: Variant) -> Run:
 
 def trace_translate(use_out: bool) -> Callable[[Variant], Run]:
     def build(v: Variant) -> Run:
-        ids = _must(v.alloc(TRANSLATE_IDS), "alloc")
+        ids = must(v.alloc(TRANSLATE_IDS), "alloc")
         v.side.stamp(ids)
         translate = v.side.allocator.translate_kv_loc
         buf = torch.empty_like(ids)
@@ -286,7 +286,7 @@ def trace_translate(use_out: bool) -> Callable[[Variant], Run]:
                 for _ in range(n):
                     translate(ids)
             if check:
-                _check_stamps(v.side, ids, "translate")
+                check_stamps(v.side, ids, "translate")
                 if use_out and not torch.equal(buf, v.side.translate(ids)):
                     raise AssertionError(f"{v.label}: translate(out=) wrote other ids")
 
@@ -304,7 +304,7 @@ class SetKv:
             SETKV_BYTES, [SETKV_SPEC, MAMBA_SPEC], page_size=page_size, device=dev.name
         )
         a = self.pool.allocator("full")
-        ids = _must(a.alloc(SETKV_TOKENS), "alloc")
+        ids = must(a.alloc(SETKV_TOKENS), "alloc")
         self.loc = a.translate_kv_loc(ids)
         self.page = self.loc // page_size
         self.tok = self.loc % page_size
@@ -701,27 +701,27 @@ class NoWaitProbe:
     def ukv_probes(self, ps: int) -> None:
         side = UkvSide(ps, False, self.dev.name)
         pool, a = side.pool, side.allocator
-        keep = _must(a.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
+        keep = must(a.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
         buf = torch.empty_like(keep)
         t = lambda call, fn, **kw: self.time(call, "ukv", fn, pool=pool, **kw)  # noqa: E731
         free_later = lambda state, out: out is not None and a.free(out)  # noqa: E731
         t("alloc", lambda s: a.alloc(ps), cleanup=free_later)
         self.extend_decode_probes(side, t, free_later)
-        host_alloc = side.alloc_host or (lambda n: _must(a.alloc(n), "alloc").cpu())
+        host_alloc = side.alloc_host or (lambda n: must(a.alloc(n), "alloc").cpu())
         if side.alloc_host is None:
             self.notes.append(
                 "free (host ids): the ids come from `alloc(n).cpu()`, prepared before the "
                 "sleep (this ukv build has no `alloc(n, host=True)`)"
             )
         # Relocating frees: the lower of two fresh pages goes, so the upper one moves.
-        two = lambda alloc: lambda: _must(alloc(2 * ps), "alloc")  # noqa: E731
+        two = lambda alloc: lambda: must(alloc(2 * ps), "alloc")  # noqa: E731
         low = lambda ids: a.free(ids[:ps])  # noqa: E731
         high = lambda ids, out: a.free(ids[ps:])  # noqa: E731
         t("free (host ids), relocating", low, prepare=two(host_alloc), cleanup=high)
         t("free (device ids), relocating", low, prepare=two(a.alloc), cleanup=high)
 
         def group() -> torch.Tensor:
-            ids = _must(a.alloc(8 * ps), "alloc")
+            ids = must(a.alloc(8 * ps), "alloc")
             a.free_group_begin()
             for i in range(4):  # the lower 4 pages, one free each: the upper 4 move down
                 a.free(ids[i * ps : (i + 1) * ps])
@@ -740,7 +740,7 @@ class NoWaitProbe:
     def extend_decode_probes(self, side: UkvSide, t: Callable, free_later: Callable) -> None:
         rng = np.random.default_rng(SEED)
         prefix = rng.integers(1, 64, PROBE_REQS)
-        req = _requests(side, prefix)
+        req = requests(side, prefix)
         dev = self.dev.name
         pre = req.prefix
         ext = torch.from_numpy(rng.integers(1, 40, PROBE_REQS))
@@ -773,7 +773,7 @@ class NoWaitProbe:
         idx = torch.tensor(pos, dtype=torch.int64)
 
         def cleanup(state: Any, out: torch.Tensor | None) -> None:
-            out = _must(out, "alloc_extend/decode")
+            out = must(out, "alloc_extend/decode")
             if len(idx):
                 side.free(out[idx.to(out.device)])
 
@@ -784,7 +784,7 @@ class NoWaitProbe:
         a = side.allocator
 
         def holes() -> None:
-            ids = _must(a.alloc(8 * ps), "alloc")
+            ids = must(a.alloc(8 * ps), "alloc")
             a.free(ids[: 4 * ps])  # the lower half: 4 holes under 4 live pages
             side.settle()
 
@@ -793,13 +793,13 @@ class NoWaitProbe:
 
     def sglang_probes(self, ps: int) -> None:
         side = PeerSide(self.factory, ps, False, self.dev.name)
-        _must(side.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
+        must(side.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
         self.time("alloc", "sglang", lambda s: side.alloc(ps), cleanup=lambda s, o: side.free(o))
         self.time(
             "free (device ids), relocating, eager",
             "sglang",
             lambda ids: side.free(ids[:ps]),
-            prepare=lambda: _must(side.alloc(2 * ps), "alloc"),
+            prepare=lambda: must(side.alloc(2 * ps), "alloc"),
             cleanup=lambda ids, out: side.free(ids[ps:]),
         )
 

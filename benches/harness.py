@@ -216,7 +216,9 @@ def machine(cuda: bool) -> str:
     host = f"{env['nproc']} CPUs ({env['cpu']}), {env['memory']} RAM"
     if not cuda:
         return f"no GPU (--device cpu); {host}"
-    smi = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
+    smi = sh(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    )
     return f"{smi or torch.cuda.get_device_name()} (nvidia-smi); {host}"
 
 
