@@ -103,3 +103,13 @@ def test_the_map_must_open_design_md(tree: Path) -> None:
     design.write_text("# notes\n\n## Something else\n\n" + design.read_text())
     problems = check_imports.check(tree)
     assert problems == ["DESIGN.md: the first '## ' heading must be '## Package map'"]
+
+
+def test_an_allowed_cycle_that_is_gone_must_leave_the_list(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(check_imports.ALLOWED_CYCLES, frozenset({"errors", "specs"}), "a test")
+    assert "ALLOWED_CYCLES lists errors <-> specs, gone now: remove it" in check_imports.check(tree)
+    _append(tree / "python" / "ukv" / "errors.py", "\n\ndef _late():\n    from ukv import specs\n")
+    problems = check_imports.check(tree)
+    assert not any("cycle" in p or "ALLOWED" in p for p in problems)
