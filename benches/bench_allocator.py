@@ -67,9 +67,9 @@ sys.path.insert(0, str(HERE))
 
 from harness import (  # noqa: E402 - benches/ is on sys.path now
     Config,
-    calibrate,
     environment,
     fmt_us,
+    interleave,
     load_average,
     load_peer,
     timed_round,
@@ -449,33 +449,36 @@ class Runner:
         ``iters`` (ops per round), ``moves_per_op`` (page moves counted), and any extras.
         """
         cfg = self.cfg
-        iters = []
-        for side, run in zip(sides, runs):
+        extras: list[dict[str, list[float]]] = [{} for _ in sides]
+        moves: list[float] = [0.0 for _ in sides]
+
+        def warm(j: int, n: int) -> float:
+            side, run = sides[j], runs[j]
             m0 = side.moved()
-            run(cfg.warm_iters, True)
-            t = timed_round(run, cfg.warm_iters) / cfg.warm_iters
-            moved = (side.moved() - m0) / (2 * cfg.warm_iters)
+            run(n, True)
+            t = timed_round(run, n) / n
+            moved = (side.moved() - m0) / (2 * n)
             if abs(moved - moves_per_op) > 1e-9:
                 raise CheckError(
                     f"{side.label}: {moved} page moves per op in warm-up, expected {moves_per_op}"
                 )
-            iters.append(calibrate(cfg, t))
-        per_round: list[list[float]] = [[] for _ in sides]
-        extras: list[dict[str, list[float]]] = [{} for _ in sides]
-        moves: list[float] = [0.0 for _ in sides]
-        for _ in range(cfg.rounds):
-            for j, (side, run) in enumerate(zip(sides, runs)):
-                m0 = side.moved()
-                sec = timed_round(run, iters[j])
-                moves[j] = (side.moved() - m0) / iters[j]
-                if abs(moves[j] - moves_per_op) > 1e-9:
-                    raise CheckError(
-                        f"{side.label}: {moves[j]} page moves per op, expected {moves_per_op}"
-                    )
-                per_round[j].append(sec / iters[j] * 1e6)
-                if extra is not None:
-                    for k, v in extra(j, iters[j]).items():
-                        extras[j].setdefault(k, []).append(v)
+            return t
+
+        def timed(j: int, n: int) -> float:
+            side = sides[j]
+            m0 = side.moved()
+            sec = timed_round(runs[j], n)
+            moves[j] = (side.moved() - m0) / n
+            if abs(moves[j] - moves_per_op) > 1e-9:
+                raise CheckError(
+                    f"{side.label}: {moves[j]} page moves per op, expected {moves_per_op}"
+                )
+            if extra is not None:
+                for k, v in extra(j, n).items():
+                    extras[j].setdefault(k, []).append(v)
+            return sec
+
+        iters, per_round = interleave(cfg, len(sides), warm, timed)
         out = []
         for j in range(len(sides)):
             d: dict[str, Any] = {

@@ -71,8 +71,8 @@ sys.path.insert(0, str(HERE))
 
 from harness import (  # noqa: E402
     Config,
-    calibrate,
     fmt_us,
+    interleave,
     load_peer,
     machine,
     ukv_commit,
@@ -408,37 +408,35 @@ def measure(
         ``max_inflight_frees`` (None where not counted); or ``error`` alone.
     """
     out: dict[str, dict[str, Any]] = {}
-    live: list[tuple[Variant, Run]] = []
-    iters: dict[str, int] = {}
-    for v in variants:
-        try:
-            run = build(v)
-            run(cfg.warm_iters, True)
-            t = timed_round(dev, v, run, cfg.warm_iters)[0] / cfg.warm_iters
-        except Exception as exc:  # noqa: BLE001 - reported in the row
-            out[v.label] = _failed(v.label, exc)
+    runs: list[Run | None] = [None] * len(variants)
+    moved = [0] * len(variants)
+    inflight: list[list[int]] = [[] for _ in variants]
+
+    def warm(j: int, n: int) -> float:
+        v = variants[j]
+        run = runs[j] = build(v)
+        run(n, True)
+        return timed_round(dev, v, run, n)[0] / n
+
+    def timed(j: int, n: int) -> float:
+        v, run = variants[j], runs[j]
+        assert run is not None  # warm built it
+        m0 = _moved(v)
+        sec, n_inflight = timed_round(dev, v, run, n)
+        moved[j] += _moved(v) - m0
+        if n_inflight is not None:
+            inflight[j].append(n_inflight)
+        return sec
+
+    def failed(j: int, exc: BaseException) -> None:
+        out[variants[j].label] = _failed(variants[j].label, exc)
+
+    iters, per_round = interleave(cfg, len(variants), warm, timed, failed)
+    for j, v in enumerate(variants):
+        n = iters[j]
+        if n is None:
             continue
-        iters[v.label] = calibrate(cfg, t)
-        live.append((v, run))
-    per_round: dict[str, list[float]] = {v.label: [] for v, _ in live}
-    moved = {v.label: 0 for v, _ in live}
-    inflight: dict[str, list[int]] = {v.label: [] for v, _ in live}
-    for _ in range(cfg.rounds):
-        for v, run in list(live):
-            try:
-                m0 = _moved(v)
-                sec, n_inflight = timed_round(dev, v, run, iters[v.label])
-                moved[v.label] += _moved(v) - m0
-            except Exception as exc:  # noqa: BLE001 - reported in the row
-                out[v.label] = _failed(v.label, exc)
-                live.remove((v, run))
-                continue
-            per_round[v.label].append(sec / iters[v.label] * 1e6)
-            if n_inflight is not None:
-                inflight[v.label].append(n_inflight)
-    for v, _ in live:
-        n = iters[v.label]
-        per_op = moved[v.label] / (n * cfg.rounds)
+        per_op = moved[j] / (n * cfg.rounds)
         # A free of device ids lands after the next alloc when its copy has not arrived
         # yet: that alloc takes pages above the ones being freed, and the free then
         # compacts them down. Extra moves are that cost, reported in the row, not an error.
@@ -449,12 +447,12 @@ def measure(
             )
             continue
         out[v.label] = {
-            "us": min(per_round[v.label]),
-            "median_us": statistics.median(per_round[v.label]),
-            "rounds": [round(x, 3) for x in per_round[v.label]],
+            "us": min(per_round[j]),
+            "median_us": statistics.median(per_round[j]),
+            "rounds": [round(x, 3) for x in per_round[j]],
             "iters": n,
             "moves_per_op": per_op,
-            "max_inflight_frees": max(inflight[v.label]) if inflight[v.label] else None,
+            "max_inflight_frees": max(inflight[j]) if inflight[j] else None,
         }
     return {v.label: out[v.label] for v in variants}  # in the variants' order
 

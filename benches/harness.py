@@ -5,7 +5,8 @@ A bench script is a list of scenarios; this module is the rest:
 
 * timing: :class:`Config` (rounds, seconds per round, warm-up and iteration bounds),
   :func:`timed_round` (one round with the garbage collector off), :func:`calibrate`
-  (iterations that fill a round), :func:`host_us_per_call` / :func:`host_us_min` (host
+  (iterations that fill a round), :func:`interleave` (warm-up, then contenders' rounds
+  interleaved), :func:`host_us_per_call` / :func:`host_us_min` (host
   time of back-to-back calls on a device, synchronised at the ends only);
 * environment: :func:`environment` (CPU, memory, versions, ukv's commit and native build),
   :func:`machine` and :func:`versions` (the result files' one-line forms), :func:`utc_now`,
@@ -81,6 +82,51 @@ def timed_round(fn: Callable[[int, bool], float], n: int) -> float:
 def calibrate(cfg: Config, seconds_per_op: float) -> int:
     """Ops per round: ``cfg.round_s`` worth, within ``[cfg.min_iters, cfg.max_iters]``."""
     return int(min(cfg.max_iters, max(cfg.min_iters, cfg.round_s / max(seconds_per_op, 1e-9))))
+
+
+def interleave(
+    cfg: Config,
+    count: int,
+    warm: Callable[[int, int], float],
+    timed: Callable[[int, int], float],
+    failed: Callable[[int, BaseException], None] | None = None,
+) -> tuple[list[int | None], list[list[float]]]:
+    """The method every comparison here shares: warm each of ``count`` contenders up, size
+    its rounds, then run ``cfg.rounds`` rounds with the contenders interleaved (contender
+    0, 1, ..., then again), so a slow stretch of the machine hits them all alike.
+
+    Args:
+        warm: ``warm(j, n)``: contender ``j``'s warm-up of ``n = cfg.warm_iters`` ops (it
+            validates what it can); returns seconds per op, which sizes its rounds.
+        timed: ``timed(j, n)``: one timed round of ``n`` ops; returns its seconds.
+        failed: Where a contender's exception goes (it is then dropped, the others run on);
+            without it an exception ends the measurement.
+
+    Returns:
+        Per contender: ops per round (None once dropped) and µs per op of each round.
+    """
+    iters: list[int | None] = [None] * count
+    per_round: list[list[float]] = [[] for _ in range(count)]
+    for j in range(count):
+        try:
+            iters[j] = calibrate(cfg, warm(j, cfg.warm_iters))
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(j, exc)
+    for _ in range(cfg.rounds):
+        for j in range(count):
+            n = iters[j]
+            if n is None:
+                continue
+            try:
+                per_round[j].append(timed(j, n) / n * 1e6)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                failed(j, exc)
+                iters[j] = None
+    return iters, per_round
 
 
 def freeze_gc() -> None:
