@@ -51,43 +51,47 @@ Without SGLang the bench runs ukv alone and the result file says why the peer is
 from __future__ import annotations
 
 import argparse
-import datetime
-import functools
-import gc
-import importlib.metadata
-import inspect
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-import ukv
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-# ----- geometry ----------------------------------------------------------------------------
-
-# Small entries so the bench measures bookkeeping, not memcpy: full-attention KV of 2 layers
-# x 2 heads x 16 (bf16) = 256 B per token (4 KiB per 16-token page); a 2-layer Mamba state of
-# 160 B per slot. 72K full token slots in one 18 MiB buffer: 73,728 pages at page size 1,
-# 4,608 at page size 16 (enough for the 4096-page batch).
-FULL_SPEC = ukv.MHASpec("full", 2, 2, 16, torch.bfloat16, grow="up")
-MAMBA_SPEC = ukv.MambaSpec(
-    "mamba", 2, ((4, 3),), torch.float32, (2, 2, 2), torch.float32, grow="down"
+from harness import (  # noqa: E402 - benches/ is on sys.path now
+    Config,
+    environment,
+    fmt_us,
+    interleave,
+    load_average,
+    load_peer,
+    timed_round,
+    utc_now,
+    write_results,
 )
-FULL_SLOTS = 72 * 1024
-TOTAL_BYTES = FULL_SLOTS * FULL_SPEC.entry_bytes
+from sides import (  # noqa: E402
+    FULL_SLOTS,
+    FULL_SPEC,
+    MAMBA_SPEC,
+    TOTAL_BYTES,
+    CheckError,
+    PeerSide,
+    Requests,
+    UkvSide,
+    check_stamps,
+    half_full,
+    must,
+    requests,
+)
+
+# ----- trace sizes (the geometry is in sides.py) ---------------------------------------------
 
 BATCH_PAGES = 4096
 LAZY_KS = (1, 64, 1024)
@@ -98,147 +102,6 @@ SEED = 20261202
 
 T0 = time.perf_counter()
 TARGETS = {"pair": 20.0, "reloc": 20.0, "batch": 50.0, "batch-half": 50.0}
-
-
-# ----- sides -------------------------------------------------------------------------------
-
-
-def _nothing() -> None:
-    pass
-
-
-def accepts(fn: Callable[..., Any], name: str) -> bool:
-    """Whether ``fn`` takes a keyword argument ``name`` (an API that is still growing)."""
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # no signature to read: assume not
-        return False
-
-
-class UkvSide:
-    """ukv through its public API: one pool, the "full" allocator's bound methods.
-
-    Attributes:
-        alloc_host: ``alloc(n, host=True)`` (ids on the CPU, no device copy), or None when
-            this ukv build does not take ``host=`` yet.
-        settle: ``pool.sync_frees`` (apply every in-flight free of CUDA ids now), or a no-op
-            when this ukv build frees synchronously.
-    """
-
-    label = "ukv"
-
-    def __init__(self, page_size: int, lazy: bool, device: str = "cpu") -> None:
-        self.device = torch.device(device)
-        self.pool = ukv.UnifiedKVPool(
-            TOTAL_BYTES, [FULL_SPEC, MAMBA_SPEC], page_size=page_size, device=device, lazy=lazy
-        )
-        a = self.pool.allocator("full")
-        self.allocator = a
-        self.page_size = page_size
-        self.alloc = a.alloc
-        self.free = a.free
-        self.alloc_extend = a.alloc_extend
-        self.alloc_decode = a.alloc_decode
-        self.flush = self.pool.flush
-        self.alloc_host = (
-            functools.partial(a.alloc, host=True) if accepts(a.alloc, "host") else None
-        )
-        self.settle = getattr(self.pool, "sync_frees", _nothing)
-        k, v = self.pool.kv_views("full")
-        # Markers: the first 8 bytes of layer 0's K and the last 8 of the last layer's V of
-        # each token, so a check covers both ends of the page envelope.
-        self._marks = (
-            k[0].view(torch.int64)[:, :, 0, 0],
-            v[-1].view(torch.int64)[:, :, -1, -1],
-        )
-
-    def geometry(self) -> dict[str, int]:
-        a = self.allocator
-        return {
-            "num_pages": a.num_pages,
-            "first_page": a.min_page_index,
-            "available_tokens": a.available_size(),
-        }
-
-    def moved(self) -> int:
-        return self.pool.stats().sub_pools[0].pages_moved
-
-    def _on_device(self, ids: torch.Tensor) -> torch.Tensor:
-        # Host ids (alloc(host=True)) are copied for the checks only, never in timed code.
-        return ids if ids.device.type == self.device.type else ids.to(self.device)
-
-    def translate(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.allocator.translate_kv_loc(self._on_device(ids))
-
-    def stamp(self, ids: torch.Tensor) -> None:
-        ids = self._on_device(ids)
-        phys = self.translate(ids)
-        for m in self._marks:
-            m[phys // self.page_size, phys % self.page_size] = ids
-
-    def read_stamps(self, ids: torch.Tensor) -> torch.Tensor:
-        phys = self.translate(ids)
-        a, b = (m[phys // self.page_size, phys % self.page_size] for m in self._marks)
-        return torch.where(a == b, a, torch.full_like(a, -2))
-
-
-class PeerSide:
-    """SGLang's UnifiedKVPool + MultiEndedAllocator, built by peer_sglang with the same specs.
-
-    Page zeroing on alloc (SGLang's ``_zero_pages_on_alloc`` for MHA pools) is switched off:
-    ukv does not zero on alloc, and zeroing 4096 pages is memset time, not bookkeeping.
-    """
-
-    label = "sglang"
-    settle = staticmethod(_nothing)  # its frees are applied before they return
-
-    def __init__(self, factory: Any, page_size: int, lazy: bool, device: str = "cpu") -> None:
-        self.peer = factory(
-            TOTAL_BYTES,
-            FULL_SPEC,
-            MAMBA_SPEC,
-            page_size=page_size,
-            lazy=lazy,
-            kv="real",
-            device=device,
-        )
-        if not self.peer.peer_moves_bytes:
-            raise RuntimeError(f"the SGLang peer does not move real bytes: {self.peer.kv_note}")
-        a = self.peer.full.allocator
-        a._zero_pages_on_alloc = False
-        self.allocator = a
-        self.page_size = page_size
-        self.alloc = a.alloc
-        self.free = a.free
-        self.alloc_extend = a.alloc_extend
-        self.alloc_decode = a.alloc_decode
-        self.flush = self.peer.flush  # both sub-pools, like ukv's pool.flush
-        self._moved_base = 0
-
-    def geometry(self) -> dict[str, int]:
-        a = self.allocator
-        return {
-            "num_pages": int(a.num_pages),
-            "first_page": int(a.min_page_index),
-            "available_tokens": int(a.available_size()),
-        }
-
-    def moved(self) -> int:
-        # Page moves recorded in the allocator's inverse history (page granular); folded
-        # into a base and cleared, so the list does not grow over a run.
-        history = self.allocator._inverse_history
-        self._moved_base += sum(int(src.numel()) for src, _dst, _v in history)
-        history.clear()
-        return self._moved_base
-
-    def translate(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.peer.full.translate(ids)
-
-    def stamp(self, ids: torch.Tensor) -> None:
-        self.peer.full.stamp(ids)
-
-    def read_stamps(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.peer.full.read_stamps(ids)
 
 
 # ----- the naive extend/decode substitute for the peer ---------------------------------------
@@ -292,48 +155,19 @@ class NaiveKernels:
 # also validates the data movement, untimed.
 
 
-class CheckError(AssertionError):
-    pass
-
-
-def _must(ids: torch.Tensor | None, what: str) -> torch.Tensor:
-    if ids is None:
-        raise CheckError(f"{what} returned None")
-    return ids
-
-
-def _check_stamps(side: Any, ids: torch.Tensor, what: str) -> None:
-    got = side.read_stamps(ids)
-    ids = ids.to(got.device)
-    if not torch.equal(got, ids):
-        bad = (got != ids).nonzero().flatten()[:4].tolist()
-        raise CheckError(
-            f"{side.label} {what}: data did not follow its ids at {bad}: "
-            f"{ids[bad].tolist()} -> {got[bad].tolist()}"
-        )
-
-
-def _half_full(side: Any) -> torch.Tensor:
-    ps = side.page_size
-    pages = side.allocator.available_size() // ps // 2
-    bg = _must(side.alloc(pages * ps), "background alloc")
-    side.stamp(bg)
-    return bg
-
-
 def trace_pair(side: Any) -> tuple[Callable[[int, bool], float], float]:
     ps = side.page_size
-    bg = _half_full(side)
+    bg = half_full(side)
     alloc, free = side.alloc, side.free
 
     def run(n: int, check: bool) -> float:
         if check:
             for _ in range(n):
-                ids = _must(alloc(ps), "alloc")
+                ids = must(alloc(ps), "alloc")
                 side.stamp(ids)
-                _check_stamps(side, ids, "pair alloc")
+                check_stamps(side, ids, "pair alloc")
                 free(ids)
-            _check_stamps(side, bg, "pair background")
+            check_stamps(side, bg, "pair background")
             return 0.0
         t0 = time.perf_counter()
         for _ in range(n):
@@ -345,9 +179,9 @@ def trace_pair(side: Any) -> tuple[Callable[[int, bool], float], float]:
 
 def trace_reloc(side: Any) -> tuple[Callable[[int, bool], float], float]:
     ps = side.page_size
-    bg = _half_full(side)
+    bg = half_full(side)
     alloc, free = side.alloc, side.free
-    state = {"low": _must(alloc(ps), "alloc")}
+    state = {"low": must(alloc(ps), "alloc")}
     side.stamp(state["low"])
     perf = time.perf_counter
 
@@ -357,7 +191,7 @@ def trace_reloc(side: Any) -> tuple[Callable[[int, bool], float], float]:
         for _ in range(n):
             high = alloc(ps)
             if check:
-                side.stamp(_must(high, "alloc"))
+                side.stamp(must(high, "alloc"))
                 before = side.translate(high)
             t0 = perf()
             free(low)
@@ -366,11 +200,11 @@ def trace_reloc(side: Any) -> tuple[Callable[[int, bool], float], float]:
                 after = side.translate(high)
                 if torch.equal(after, before):
                     raise CheckError(f"{side.label} reloc: the upper page did not move")
-                _check_stamps(side, high, "reloc survivor")
+                check_stamps(side, high, "reloc survivor")
             low = high
         state["low"] = low
         if check:
-            _check_stamps(side, bg, "reloc background")
+            check_stamps(side, bg, "reloc background")
         return total
 
     return run, 1.0
@@ -403,8 +237,8 @@ def trace_batch(side: Any) -> tuple[Callable[[int, bool], float], float]:
             ids = alloc(need)
             t1 = time.perf_counter()
             if check:
-                side.stamp(_must(ids, "batch alloc"))
-                _check_stamps(side, ids, "batch alloc")
+                side.stamp(must(ids, "batch alloc"))
+                check_stamps(side, ids, "batch alloc")
             t2 = time.perf_counter()
             free(ids)
             total += time.perf_counter() - t2 + (t1 - t0)
@@ -440,7 +274,7 @@ class HalfTrace:
             free(half)
             t3 = perf()
             if check:
-                _check_stamps(side, rest, "batch-half survivors")
+                check_stamps(side, rest, "batch-half survivors")
             t4 = perf()
             free(rest)
             t5 = perf()
@@ -459,7 +293,7 @@ def trace_lazy(side: Any, k: int) -> tuple[Callable[[int, bool], float], float]:
     def run(n: int, check: bool) -> float:
         total = 0.0
         for _ in range(n):
-            ids = _must(alloc(2 * k * ps), "lazy alloc")
+            ids = must(alloc(2 * k * ps), "lazy alloc")
             low, high = ids[low_idx], ids[high_idx]
             if check:
                 side.stamp(ids)
@@ -468,37 +302,13 @@ def trace_lazy(side: Any, k: int) -> tuple[Callable[[int, bool], float], float]:
             flush(urgent=True)
             total += time.perf_counter() - t0
             if check:
-                _check_stamps(side, high, "lazy survivors")
+                check_stamps(side, high, "lazy survivors")
             free(high)
             if flush(urgent=True) != 0:
                 raise CheckError(f"{side.label} lazy: the reset flush moved pages")
         return total
 
     return run, float(k)
-
-
-@dataclass
-class Requests:
-    """One batch of requests with prefixes already allocated (page size 16)."""
-
-    prefix: torch.Tensor  # [B] int64 tokens already held
-    last_loc: torch.Tensor  # [B] int64, -1 for an empty prefix
-    live: list[torch.Tensor] = field(default_factory=list)
-
-
-def _requests(side: Any, prefix: np.ndarray) -> Requests:
-    """Allocate each request's prefix as whole pages (plain alloc); last_loc is the id of its
-    last prefix token."""
-    ps = side.page_size
-    last = np.full(len(prefix), -1, dtype=np.int64)
-    live = []
-    for r, p in enumerate(prefix):
-        if p == 0:
-            continue
-        ids = _must(side.alloc(-(-int(p) // ps) * ps), "prefix alloc")
-        live.append(ids)
-        last[r] = int(ids[int(p) - 1])
-    return Requests(torch.from_numpy(prefix.astype(np.int64)), torch.from_numpy(last), live)
 
 
 def _new_page_positions(prefix: np.ndarray, seq: np.ndarray, ps: int) -> torch.Tensor:
@@ -526,14 +336,14 @@ def _check_tokens(side: Any, out: torch.Tensor, req: Requests, seq: torch.Tensor
                 raise CheckError(f"{side.label} {what}: request {r} did not continue its page")
         base += s - p
     side.stamp(out)
-    _check_stamps(side, out, what)
+    check_stamps(side, out, what)
 
 
 def trace_extend(side: Any) -> tuple[Callable[[int, bool], float], float]:
     rng = np.random.default_rng(SEED)
     prefix = rng.integers(0, PREFIX_MAX + 1, BATCH_REQS)
     ext = rng.integers(1, EXTEND_MAX + 1, BATCH_REQS)
-    req = _requests(side, prefix)
+    req = requests(side, prefix)
     seq_np = prefix + ext
     seq = torch.from_numpy(seq_np.astype(np.int64))
     pre = req.prefix
@@ -547,7 +357,7 @@ def trace_extend(side: Any) -> tuple[Callable[[int, bool], float], float]:
             t0 = time.perf_counter()
             out = alloc_extend(pre, pre, seq, seq, req.last_loc, n_tok)
             total += time.perf_counter() - t0
-            out = _must(out, "alloc_extend")
+            out = must(out, "alloc_extend")
             if check:
                 _check_tokens(side, out, req, seq, "alloc_extend")
             free(out[new_pos])
@@ -559,7 +369,7 @@ def trace_extend(side: Any) -> tuple[Callable[[int, bool], float], float]:
 def trace_decode(side: Any) -> tuple[Callable[[int, bool], float], float]:
     rng = np.random.default_rng(SEED + 1)
     prefix = rng.integers(1, PREFIX_MAX + 1, BATCH_REQS)
-    req = _requests(side, prefix)
+    req = requests(side, prefix)
     seq_np = prefix + 1
     seq = torch.from_numpy(seq_np.astype(np.int64))
     new_pos = _new_page_positions(prefix, seq_np, side.page_size)
@@ -571,7 +381,7 @@ def trace_decode(side: Any) -> tuple[Callable[[int, bool], float], float]:
             t0 = time.perf_counter()
             out = alloc_decode(seq, seq, req.last_loc)
             total += time.perf_counter() - t0
-            out = _must(out, "alloc_decode")
+            out = must(out, "alloc_decode")
             if check:
                 _check_tokens(side, out, req, seq, "alloc_decode")
             free(out[new_pos])
@@ -581,25 +391,6 @@ def trace_decode(side: Any) -> tuple[Callable[[int, bool], float], float]:
 
 
 # ----- harness -----------------------------------------------------------------------------
-
-
-@dataclass
-class Config:
-    rounds: int
-    round_s: float
-    warm_iters: int
-    min_iters: int
-    max_iters: int
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, quick: Config, full: Config) -> Config:
-        """``quick`` or ``full`` as ``--quick`` says, with ``--rounds``/``--round-s`` applied."""
-        cfg = quick if args.quick else full
-        if args.rounds is not None:
-            cfg.rounds = args.rounds
-        if args.round_s is not None:
-            cfg.round_s = args.round_s
-        return cfg
 
 
 @dataclass
@@ -627,15 +418,6 @@ class Row:
         if self.target is None or self.ratio is None:
             return None
         return self.ratio >= self.target
-
-
-def _timed_round(fn: Callable[[int, bool], float], n: int) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        return fn(n, False)
-    finally:
-        gc.enable()
 
 
 class Runner:
@@ -667,33 +449,36 @@ class Runner:
         ``iters`` (ops per round), ``moves_per_op`` (page moves counted), and any extras.
         """
         cfg = self.cfg
-        iters = []
-        for side, run in zip(sides, runs):
+        extras: list[dict[str, list[float]]] = [{} for _ in sides]
+        moves: list[float] = [0.0 for _ in sides]
+
+        def warm(j: int, n: int) -> float:
+            side, run = sides[j], runs[j]
             m0 = side.moved()
-            run(cfg.warm_iters, True)
-            t = _timed_round(run, cfg.warm_iters) / cfg.warm_iters
-            moved = (side.moved() - m0) / (2 * cfg.warm_iters)
+            run(n, True)
+            t = timed_round(run, n) / n
+            moved = (side.moved() - m0) / (2 * n)
             if abs(moved - moves_per_op) > 1e-9:
                 raise CheckError(
                     f"{side.label}: {moved} page moves per op in warm-up, expected {moves_per_op}"
                 )
-            iters.append(int(min(cfg.max_iters, max(cfg.min_iters, cfg.round_s / max(t, 1e-9)))))
-        per_round: list[list[float]] = [[] for _ in sides]
-        extras: list[dict[str, list[float]]] = [{} for _ in sides]
-        moves: list[float] = [0.0 for _ in sides]
-        for _ in range(cfg.rounds):
-            for j, (side, run) in enumerate(zip(sides, runs)):
-                m0 = side.moved()
-                sec = _timed_round(run, iters[j])
-                moves[j] = (side.moved() - m0) / iters[j]
-                if abs(moves[j] - moves_per_op) > 1e-9:
-                    raise CheckError(
-                        f"{side.label}: {moves[j]} page moves per op, expected {moves_per_op}"
-                    )
-                per_round[j].append(sec / iters[j] * 1e6)
-                if extra is not None:
-                    for k, v in extra(j, iters[j]).items():
-                        extras[j].setdefault(k, []).append(v)
+            return t
+
+        def timed(j: int, n: int) -> float:
+            side = sides[j]
+            m0 = side.moved()
+            sec = timed_round(runs[j], n)
+            moves[j] = (side.moved() - m0) / n
+            if abs(moves[j] - moves_per_op) > 1e-9:
+                raise CheckError(
+                    f"{side.label}: {moves[j]} page moves per op, expected {moves_per_op}"
+                )
+            if extra is not None:
+                for k, v in extra(j, n).items():
+                    extras[j].setdefault(k, []).append(v)
+            return sec
+
+        iters, per_round = interleave(cfg, len(sides), warm, timed)
         out = []
         for j in range(len(sides)):
             d: dict[str, Any] = {
@@ -807,7 +592,7 @@ def _peer_extend_failure(side: PeerSide, trace: str) -> str:
         if trace == "extend":
             out = a.alloc_extend(one * 0, one * 0, one, one, neg, 1)
         else:
-            ids = _must(side.alloc(side.page_size), "alloc")
+            ids = must(side.alloc(side.page_size), "alloc")
             try:
                 out = a.alloc_decode(one * 2, one * 2, ids[:1])
             finally:
@@ -838,74 +623,6 @@ def _print_row(row: Row) -> None:
 
 
 # ----- environment and output --------------------------------------------------------------
-
-
-def _sh(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except Exception:  # noqa: BLE001 - environment facts are best effort
-        return "?"
-
-
-def _cpu_model() -> str:
-    for line in _sh(["lscpu"]).splitlines():
-        if line.lower().startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "?"
-
-
-def _mem_gib() -> str:
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(f.readline().split()[1])
-        return f"{kb / (1 << 20):.1f} GiB"
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-def _ukv_commit() -> str:
-    if os.environ.get("UKV_COMMIT"):  # set by benches/gpu_run.sh: a copied tree's git may be stale
-        return os.environ["UKV_COMMIT"]
-    repo = HERE.parent
-    sha = _sh(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"])
-    dirty = _sh(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])
-    return f"{sha} (working tree has uncommitted changes)" if dirty else sha
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def environment() -> dict[str, Any]:
-    core = Path(ukv.__file__).parent
-    so = sorted(core.glob("_core*.so"))
-    built = (
-        datetime.datetime.fromtimestamp(so[0].stat().st_mtime, datetime.UTC).isoformat(
-            timespec="seconds"
-        )
-        if so
-        else "?"
-    )
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": _cpu_model(),
-        "memory": _mem_gib(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "ukv": f"{_version('ukv')} @ {_ukv_commit()}, native module built {built}",
-        "sglang": _version("sglang"),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
 
 
 def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
@@ -947,9 +664,9 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
         met = {True: "met", False: "**not met**", None: "—"}[r.met]
         if r.peer is None:
             met = "peer missing" if r.target is not None else "—"
-        peer = _fmt(r.peer and r.peer["us"]) + (" ‡" if r.peer_substitute else "")
+        peer = fmt_us(r.peer and r.peer["us"]) + (" ‡" if r.peer_substitute else "")
         lines.append(
-            f"| {r.trace} | {r.what} | {r.page_size} | {r.mode} | {_fmt(r.ukv and r.ukv['us'])} "
+            f"| {r.trace} | {r.what} | {r.page_size} | {r.mode} | {fmt_us(r.ukv and r.ukv['us'])} "
             f"| {peer} | {ratio} | {target} | {met} |"
         )
     notes = sorted({r.peer_note for r in rows if r.peer_note})
@@ -989,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    load_start = _sh(["uptime"])
+    load_start = load_average()
     torch.set_num_threads(1)
     cfg = Config.from_args(
         args,
@@ -997,18 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         full=Config(rounds=7, round_s=0.25, warm_iters=5, min_iters=10, max_iters=200_000),
     )
 
-    factory, peer_desc = None, "skipped (--no-peer)"
-    if not args.no_peer:
-        import peer_sglang
-
-        factory, reason = peer_sglang.load()
-        peer_desc = reason if factory is not None else f"MISSING: {reason}"
-    print(f"peer: {peer_desc}", flush=True)
-    torch.set_num_threads(1)  # importing sglang must not change it
-    # torch + sglang leave ~1M objects; a full collection of them costs ~0.3 s. Move them to
-    # the permanent generation once, so the collection before each round stays cheap.
-    gc.collect()
-    gc.freeze()
+    factory, peer_desc = load_peer(args.no_peer)
 
     runner = Runner(cfg, factory)
     for ps in (1, 16):
@@ -1036,20 +742,18 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None
         else "python benches/bench_allocator.py " + " ".join(argv),
         "env": environment(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "peer": peer_desc,
         "config": cfg.__dict__,
         "geometry": runner.geometry,
-        "load_start": load_start.split("load average:")[-1].strip(),
-        "load_end": _sh(["uptime"]).split("load average:")[-1].strip(),
+        "load_start": load_start,
+        "load_end": load_average(),
         "wall_s": time.perf_counter() - t_start,
     }
     text = markdown(meta, runner.rows)
     print()
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
         data = {
             **meta,
             "rows": [
@@ -1069,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in runner.rows
             ],
         }
-        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        write_results(args.out, text, data)
     return 0
 
 

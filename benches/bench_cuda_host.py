@@ -51,11 +51,8 @@ goes on.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -72,18 +69,26 @@ import ukv
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_allocator import (  # noqa: E402 - the shared sides and checks of the CPU bench
+from harness import (  # noqa: E402
+    Config,
+    fmt_us,
+    interleave,
+    load_peer,
+    machine,
+    ukv_commit,
+    utc_now,
+    versions,
+    write_results,
+)
+from sides import (  # noqa: E402 - the sides and checks of the CPU bench
     MAMBA_SPEC,
     CheckError,
-    Config,
     PeerSide,
     UkvSide,
-    _check_stamps,
-    _half_full,
-    _must,
-    _requests,
-    _ukv_commit,
-    environment,
+    check_stamps,
+    half_full,
+    must,
+    requests,
 )
 
 BATCH_PAGES = 4096
@@ -204,19 +209,19 @@ Run = Callable[[int, bool], None]
 
 def trace_pair(v: Variant) -> Run:
     ps = v.side.page_size
-    bg = _half_full(v.side)
+    bg = half_full(v.side)
     alloc, free = v.alloc, v.free
 
     def run(n: int, check: bool) -> None:
         for _ in range(n):
             ids = alloc(ps)
             if check:
-                v.side.stamp(_must(ids, "alloc"))
-                _check_stamps(v.side, ids, "pair alloc")
+                v.side.stamp(must(ids, "alloc"))
+                check_stamps(v.side, ids, "pair alloc")
             free(ids)
         if check:
             v.settle()
-            _check_stamps(v.side, bg, "pair background")
+            check_stamps(v.side, bg, "pair background")
 
     return run
 
@@ -224,7 +229,7 @@ def trace_pair(v: Variant) -> Run:
 def trace_reloc(v: Variant) -> Run:
     ps = v.side.page_size
     alloc, free = v.alloc, v.free
-    live = [_must(alloc(ps), "alloc") for _ in range(RELOC_LIVE)]
+    live = [must(alloc(ps), "alloc") for _ in range(RELOC_LIVE)]
     for ids in live:
         v.side.stamp(ids)
     # Victims among the older allocations; the new page sits on top, so every free of an
@@ -239,14 +244,14 @@ def trace_reloc(v: Variant) -> Run:
             i += 1
             new = alloc(ps)
             if check:
-                v.side.stamp(_must(new, "alloc"))
+                v.side.stamp(must(new, "alloc"))
             free(live[j])
             live[j] = new
         state["i"] = i
         if check:
             v.settle()
             for ids in live:
-                _check_stamps(v.side, ids, "reloc survivors")
+                check_stamps(v.side, ids, "reloc survivors")
 
     return run
 
@@ -259,8 +264,8 @@ def trace_batch(v: Variant) -> Run:
         for _ in range(n):
             ids = alloc(need)
             if check:
-                v.side.stamp(_must(ids, "batch alloc"))
-                _check_stamps(v.side, ids, "batch alloc")
+                v.side.stamp(must(ids, "batch alloc"))
+                check_stamps(v.side, ids, "batch alloc")
             free(ids)
 
     return run
@@ -268,7 +273,7 @@ def trace_batch(v: Variant) -> Run:
 
 def trace_translate(use_out: bool) -> Callable[[Variant], Run]:
     def build(v: Variant) -> Run:
-        ids = _must(v.alloc(TRANSLATE_IDS), "alloc")
+        ids = must(v.alloc(TRANSLATE_IDS), "alloc")
         v.side.stamp(ids)
         translate = v.side.allocator.translate_kv_loc
         buf = torch.empty_like(ids)
@@ -281,7 +286,7 @@ def trace_translate(use_out: bool) -> Callable[[Variant], Run]:
                 for _ in range(n):
                     translate(ids)
             if check:
-                _check_stamps(v.side, ids, "translate")
+                check_stamps(v.side, ids, "translate")
                 if use_out and not torch.equal(buf, v.side.translate(ids)):
                     raise AssertionError(f"{v.label}: translate(out=) wrote other ids")
 
@@ -299,7 +304,7 @@ class SetKv:
             SETKV_BYTES, [SETKV_SPEC, MAMBA_SPEC], page_size=page_size, device=dev.name
         )
         a = self.pool.allocator("full")
-        ids = _must(a.alloc(SETKV_TOKENS), "alloc")
+        ids = must(a.alloc(SETKV_TOKENS), "alloc")
         self.loc = a.translate_kv_loc(ids)
         self.page = self.loc // page_size
         self.tok = self.loc % page_size
@@ -403,37 +408,35 @@ def measure(
         ``max_inflight_frees`` (None where not counted); or ``error`` alone.
     """
     out: dict[str, dict[str, Any]] = {}
-    live: list[tuple[Variant, Run]] = []
-    iters: dict[str, int] = {}
-    for v in variants:
-        try:
-            run = build(v)
-            run(cfg.warm_iters, True)
-            t = timed_round(dev, v, run, cfg.warm_iters)[0] / cfg.warm_iters
-        except Exception as exc:  # noqa: BLE001 - reported in the row
-            out[v.label] = _failed(v.label, exc)
+    runs: list[Run | None] = [None] * len(variants)
+    moved = [0] * len(variants)
+    inflight: list[list[int]] = [[] for _ in variants]
+
+    def warm(j: int, n: int) -> float:
+        v = variants[j]
+        run = runs[j] = build(v)
+        run(n, True)
+        return timed_round(dev, v, run, n)[0] / n
+
+    def timed(j: int, n: int) -> float:
+        v, run = variants[j], runs[j]
+        assert run is not None  # warm built it
+        m0 = _moved(v)
+        sec, n_inflight = timed_round(dev, v, run, n)
+        moved[j] += _moved(v) - m0
+        if n_inflight is not None:
+            inflight[j].append(n_inflight)
+        return sec
+
+    def failed(j: int, exc: BaseException) -> None:
+        out[variants[j].label] = _failed(variants[j].label, exc)
+
+    iters, per_round = interleave(cfg, len(variants), warm, timed, failed)
+    for j, v in enumerate(variants):
+        n = iters[j]
+        if n is None:
             continue
-        iters[v.label] = int(min(cfg.max_iters, max(cfg.min_iters, cfg.round_s / max(t, 1e-9))))
-        live.append((v, run))
-    per_round: dict[str, list[float]] = {v.label: [] for v, _ in live}
-    moved = {v.label: 0 for v, _ in live}
-    inflight: dict[str, list[int]] = {v.label: [] for v, _ in live}
-    for _ in range(cfg.rounds):
-        for v, run in list(live):
-            try:
-                m0 = _moved(v)
-                sec, n_inflight = timed_round(dev, v, run, iters[v.label])
-                moved[v.label] += _moved(v) - m0
-            except Exception as exc:  # noqa: BLE001 - reported in the row
-                out[v.label] = _failed(v.label, exc)
-                live.remove((v, run))
-                continue
-            per_round[v.label].append(sec / iters[v.label] * 1e6)
-            if n_inflight is not None:
-                inflight[v.label].append(n_inflight)
-    for v, _ in live:
-        n = iters[v.label]
-        per_op = moved[v.label] / (n * cfg.rounds)
+        per_op = moved[j] / (n * cfg.rounds)
         # A free of device ids lands after the next alloc when its copy has not arrived
         # yet: that alloc takes pages above the ones being freed, and the free then
         # compacts them down. Extra moves are that cost, reported in the row, not an error.
@@ -444,12 +447,12 @@ def measure(
             )
             continue
         out[v.label] = {
-            "us": min(per_round[v.label]),
-            "median_us": statistics.median(per_round[v.label]),
-            "rounds": [round(x, 3) for x in per_round[v.label]],
+            "us": min(per_round[j]),
+            "median_us": statistics.median(per_round[j]),
+            "rounds": [round(x, 3) for x in per_round[j]],
             "iters": n,
             "moves_per_op": per_op,
-            "max_inflight_frees": max(inflight[v.label]) if inflight[v.label] else None,
+            "max_inflight_frees": max(inflight[j]) if inflight[j] else None,
         }
     return {v.label: out[v.label] for v in variants}  # in the variants' order
 
@@ -696,27 +699,27 @@ class NoWaitProbe:
     def ukv_probes(self, ps: int) -> None:
         side = UkvSide(ps, False, self.dev.name)
         pool, a = side.pool, side.allocator
-        keep = _must(a.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
+        keep = must(a.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
         buf = torch.empty_like(keep)
         t = lambda call, fn, **kw: self.time(call, "ukv", fn, pool=pool, **kw)  # noqa: E731
         free_later = lambda state, out: out is not None and a.free(out)  # noqa: E731
         t("alloc", lambda s: a.alloc(ps), cleanup=free_later)
         self.extend_decode_probes(side, t, free_later)
-        host_alloc = side.alloc_host or (lambda n: _must(a.alloc(n), "alloc").cpu())
+        host_alloc = side.alloc_host or (lambda n: must(a.alloc(n), "alloc").cpu())
         if side.alloc_host is None:
             self.notes.append(
                 "free (host ids): the ids come from `alloc(n).cpu()`, prepared before the "
                 "sleep (this ukv build has no `alloc(n, host=True)`)"
             )
         # Relocating frees: the lower of two fresh pages goes, so the upper one moves.
-        two = lambda alloc: lambda: _must(alloc(2 * ps), "alloc")  # noqa: E731
+        two = lambda alloc: lambda: must(alloc(2 * ps), "alloc")  # noqa: E731
         low = lambda ids: a.free(ids[:ps])  # noqa: E731
         high = lambda ids, out: a.free(ids[ps:])  # noqa: E731
         t("free (host ids), relocating", low, prepare=two(host_alloc), cleanup=high)
         t("free (device ids), relocating", low, prepare=two(a.alloc), cleanup=high)
 
         def group() -> torch.Tensor:
-            ids = _must(a.alloc(8 * ps), "alloc")
+            ids = must(a.alloc(8 * ps), "alloc")
             a.free_group_begin()
             for i in range(4):  # the lower 4 pages, one free each: the upper 4 move down
                 a.free(ids[i * ps : (i + 1) * ps])
@@ -735,7 +738,7 @@ class NoWaitProbe:
     def extend_decode_probes(self, side: UkvSide, t: Callable, free_later: Callable) -> None:
         rng = np.random.default_rng(SEED)
         prefix = rng.integers(1, 64, PROBE_REQS)
-        req = _requests(side, prefix)
+        req = requests(side, prefix)
         dev = self.dev.name
         pre = req.prefix
         ext = torch.from_numpy(rng.integers(1, 40, PROBE_REQS))
@@ -768,7 +771,7 @@ class NoWaitProbe:
         idx = torch.tensor(pos, dtype=torch.int64)
 
         def cleanup(state: Any, out: torch.Tensor | None) -> None:
-            out = _must(out, "alloc_extend/decode")
+            out = must(out, "alloc_extend/decode")
             if len(idx):
                 side.free(out[idx.to(out.device)])
 
@@ -779,7 +782,7 @@ class NoWaitProbe:
         a = side.allocator
 
         def holes() -> None:
-            ids = _must(a.alloc(8 * ps), "alloc")
+            ids = must(a.alloc(8 * ps), "alloc")
             a.free(ids[: 4 * ps])  # the lower half: 4 holes under 4 live pages
             side.settle()
 
@@ -788,50 +791,18 @@ class NoWaitProbe:
 
     def sglang_probes(self, ps: int) -> None:
         side = PeerSide(self.factory, ps, False, self.dev.name)
-        _must(side.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
+        must(side.alloc(TRANSLATE_IDS), "alloc")  # pages below, so frees relocate
         self.time("alloc", "sglang", lambda s: side.alloc(ps), cleanup=lambda s, o: side.free(o))
         self.time(
             "free (device ids), relocating, eager",
             "sglang",
             lambda ids: side.free(ids[:ps]),
-            prepare=lambda: _must(side.alloc(2 * ps), "alloc"),
+            prepare=lambda: must(side.alloc(2 * ps), "alloc"),
             cleanup=lambda ids, out: side.free(ids[ps:]),
         )
 
 
 # ----- output ------------------------------------------------------------------------------
-
-
-def _sh(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:  # noqa: BLE001 - environment facts are best effort
-        return "?"
-
-
-def machine(dev: Device) -> str:
-    env = environment()
-    host = f"{env['nproc']} CPUs ({env['cpu']}), {env['memory']} RAM"
-    if not dev.cuda:
-        return f"no GPU (--device cpu); {host}"
-    smi = _sh(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    )
-    return f"{smi or torch.cuda.get_device_name()} (nvidia-smi); {host}"
-
-
-def versions() -> str:
-    env = environment()
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
-    return (
-        f"Python {env['python']}, torch {env['torch']} ({env['torch_threads']} CPU thread), "
-        f"triton {triton_version}, numpy {env['numpy']}, ukv {env['ukv']}, sglang {env['sglang']}"
-    )
 
 
 def markdown(meta: dict[str, Any], rows: list[Row], probes: list[Probe]) -> str:
@@ -882,7 +853,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], probes: list[Probe]) -> str:
         tries = ", ".join(f"{x:.1f}" for x in p.us)
         if p.error:
             met = f"error: {p.error}"
-        worst = _fmt(p.worst) if p.us else "—"
+        worst = fmt_us(p.worst) if p.us else "—"
         lines.append(f"| {p.side} | {p.call} | {worst} | {tries} | {waits} | {target} | {met} |")
     notes = sorted(set(meta["notes"]))
     if notes:
@@ -905,15 +876,11 @@ def _row_line(row: Row, label: str) -> str:
     inflight = mine.get("max_inflight_frees")
     return (
         f"| {row.what} | {row.page_size} | {row.mode} | {label} | "
-        f"{_fmt(mine['us']) if 'us' in mine else '—'} | {row.reference} | "
-        f"{_fmt(ref['us']) if ref and 'us' in ref else 'missing' if ref is None else '—'} | "
+        f"{fmt_us(mine['us']) if 'us' in mine else '—'} | {row.reference} | "
+        f"{fmt_us(ref['us']) if ref and 'us' in ref else 'missing' if ref is None else '—'} | "
         f"{f'{ratio:.1f}x' if ratio else '—'} | {moves} | "
         f"{'—' if inflight is None else inflight} | {target_text(row.trace)} | {result} |"
     )
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
 
 
 # ----- main --------------------------------------------------------------------------------
@@ -927,13 +894,13 @@ class Report:
         self.out: Path | None = args.out
         self.dev = dev
         self.t_start = T0  # module import: the peer import counts too
-        commit = args.commit or _ukv_commit() or "unknown (no git checkout here; pass --commit)"
+        commit = args.commit or ukv_commit() or "unknown (no git checkout here; pass --commit)"
         self.meta: dict[str, Any] = {
             "command": " ".join(["python benches/bench_cuda_host.py", *args.argv]),
             "device": dev.name,
-            "machine": machine(dev),
+            "machine": machine(dev.cuda),
             "versions": versions(),
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "date": utc_now(),
             "commit": commit,
             "peer": peer,
             "config": asdict(cfg),
@@ -952,15 +919,12 @@ class Report:
         probes = probe.probes if probe else []
         text = markdown(meta, bench.rows, probes)
         if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            stem = self.out / f"{self.dev.name}-host"
-            stem.with_suffix(".md").write_text(text)
             data = {
                 **meta,
                 "rows": [asdict(r) for r in bench.rows],
                 "probe": [asdict(p) for p in probes],
             }
-            stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+            write_results(self.out / f"{self.dev.name}-host.md", text, data)
         return text
 
 
@@ -986,16 +950,7 @@ def main(argv: list[str] | None = None) -> int:
         full=Config(rounds=5, round_s=0.1, warm_iters=5, min_iters=5, max_iters=100_000),
     )
 
-    factory, peer_desc = None, "skipped (--no-peer)"
-    if not args.no_peer:
-        import peer_sglang
-
-        factory, reason = peer_sglang.load(dev.name)
-        peer_desc = reason if factory is not None else f"MISSING: {reason}"
-    print(f"peer: {peer_desc}", flush=True)
-    torch.set_num_threads(1)  # importing sglang must not change it
-    gc.collect()
-    gc.freeze()  # torch + sglang objects: keep the per-round collection cheap
+    factory, peer_desc = load_peer(args.no_peer, dev.name)
 
     report = Report(args, dev, cfg, peer_desc)
     bench = Bench(dev, cfg, factory)

@@ -24,17 +24,17 @@ machine without CUDA it prints "needs CUDA" and exits 0.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
-import json
 import platform
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import gpu_versions, host_us_per_call, utc_now, write_results  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -97,18 +97,6 @@ def _copy_ceiling_ms(num_bytes: int) -> float:
     return ms
 
 
-def _host_us_per_call(fn: Callable[[], object], calls: int) -> float:
-    """Host time per call: ``calls`` back-to-back launches, one synchronize at the end."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
-
-
 # ------------------------------------------------------------------------------- move
 
 
@@ -122,10 +110,10 @@ def _move_plan(page_bytes: int, move_bytes: int):
 
 
 def _check_move(buf, page_bytes, src, dst) -> None:
-    from ukv import ops
+    from ukv import ops, reference
 
     expected = buf.clone()
-    ops.move_pages_ref(expected, page_bytes, src, dst)
+    reference.move_pages_ref(expected, page_bytes, src, dst)
     ops.move_pages(buf, page_bytes, src, dst)
     if not torch.equal(buf, expected):
         raise AssertionError(f"move_pages differs from its reference at {page_bytes} B pages")
@@ -248,7 +236,7 @@ def bench_store() -> list[dict]:
                 "bytes_stored": payload,
                 "copy_ms": copy_ms,
                 "kernel_ms": kernel_ms,
-                "kernel_loop_us": _host_us_per_call(kernel, STORE_LOOP_CALLS),
+                "kernel_loop_us": host_us_per_call(kernel, STORE_LOOP_CALLS),
                 "kernel_graph_ms": _graph_ms(kernel),
                 "peer_ms": peer_ms,
                 "copy_gbps": _gbps(2 * payload, copy_ms),
@@ -305,7 +293,7 @@ def _translate_chain(ids, v2p, ps) -> torch.Tensor:
 
 
 def _graph_capture_ok(ids, v2p, ps) -> bool:
-    from ukv import ops
+    from ukv import ops, reference
 
     out = torch.zeros_like(ids)
     ops.translate(ids, v2p, ps, out=out)
@@ -317,7 +305,7 @@ def _graph_capture_ok(ids, v2p, ps) -> bool:
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    return bool(torch.equal(out, ops.translate_ref(ids, v2p, ps)))
+    return bool(torch.equal(out, reference.translate_ref(ids, v2p, ps)))
 
 
 def bench_translate() -> list[dict]:
@@ -334,8 +322,8 @@ def bench_translate() -> list[dict]:
             {
                 "ids": num_ids,
                 "page_size": ps,
-                "kernel_host_us": _host_us_per_call(kernel, TRANSLATE_HOST_CALLS),
-                "chain_host_us": _host_us_per_call(chain, TRANSLATE_HOST_CALLS),
+                "kernel_host_us": host_us_per_call(kernel, TRANSLATE_HOST_CALLS),
+                "chain_host_us": host_us_per_call(chain, TRANSLATE_HOST_CALLS),
                 "kernel_device_us": 1e3 * _bench_ms(kernel),
                 "chain_device_us": 1e3 * _bench_ms(chain),
                 "cuda_graph_ok": _graph_capture_ok(ids, v2p, ps),
@@ -419,29 +407,22 @@ def _sweep_table(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
 
 
 def _header(argv: list[str]) -> list[str]:
-    import triton
-
     props = torch.cuda.get_device_properties(0)
     machine = (
         f"{props.name}, {props.multi_processor_count} SMs, "
         f"{props.total_memory / GIB:.0f} GiB; host {platform.node()}"
     )
-    versions = (
-        f"torch {torch.__version__}, triton {triton.__version__}, "
-        f"CUDA {torch.version.cuda}, Python {platform.python_version()}"
-    )
     method = (
         "GB/s count bytes read + written; median of `triton.testing.do_bench` (L2 flushed); "
         "every ratio is against a contiguous `copy_` of the same byte count, same run."
     )
-    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return [
         "# ukv kernel bench",
         "",
         f"- command: `PYTHONPATH=python python benches/bench_kernels.py {' '.join(argv)}`",
         f"- machine: {machine}",
-        f"- versions: {versions}",
-        f"- date: {date}",
+        f"- versions: {gpu_versions()}",
+        f"- date: {utc_now()}",
         f"- method: {method}",
         "",
     ]
@@ -513,10 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     report = "\n".join(lines)
     print(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report + "\n")
-    json_path = args.json or args.out.with_suffix(".json")
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, report + "\n", results, json_path=args.json, indent=2)
     return 0
 
 

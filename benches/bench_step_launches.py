@@ -14,15 +14,18 @@ exits 0 without a GPU).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import platform
-import time
+import sys
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import ukv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import host_us_per_call, utc_now, write_results  # noqa: E402
 
 LAYERS = 4
 
@@ -105,14 +108,7 @@ def host_times(page_size: int, iters: int = 2000) -> dict[str, float]:
         ("translate (out=)", lambda: full.translate_kv_loc(ids, out=buf)),
         ("set_kv, one layer", lambda: pool.set_kv("full", 0, phys, k, k)),
     ):
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        res[label] = (time.perf_counter() - t) / iters * 1e6
+        res[label] = host_us_per_call(fn, iters, warmup=50)
     base = full.alloc(n)
 
     def reloc() -> None:
@@ -120,14 +116,7 @@ def host_times(page_size: int, iters: int = 2000) -> dict[str, float]:
         full.free(x[:n])
         full.free(x[n:])
 
-    for _ in range(50):
-        reloc()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        reloc()
-    torch.cuda.synchronize()
-    res["alloc 2 pages + relocating free + free"] = (time.perf_counter() - t) / iters * 1e6
+    res["alloc 2 pages + relocating free + free"] = host_us_per_call(reloc, iters, warmup=50)
     full.free(base)
     return res
 
@@ -147,7 +136,7 @@ def main() -> int:
         "- command: `python benches/bench_step_launches.py --out ...`",
         f"- machine: {torch.cuda.get_device_name()}, host {platform.node()}",
         f"- versions: torch {torch.__version__}, triton {__import__('triton').__version__}, Python {platform.python_version()}",
-        f"- date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}",
+        f"- date: {utc_now()}",
         f"- model: full MHA {LAYERS} layers x 8 heads x 128 bf16 (down), Mamba state (up), 1 GiB pool, eager",
         "",
         "## Kernel launches per call (torch profiler, after warm-up)",
@@ -171,10 +160,7 @@ def main() -> int:
     print(text)
     print(json.dumps(rows, indent=1))
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
-            json.dump({"launches": rows, "host_us": times}, f, indent=1)
+        write_results(Path(args.out), text, {"launches": rows, "host_us": times})
     return 0
 
 

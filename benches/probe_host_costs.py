@@ -15,16 +15,18 @@ It loads ukv's kernels from the source tree by path, so it needs no built wheel:
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import importlib.util
 import pathlib
 import platform
-import time
+import sys
 
 import torch
 import triton
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benches"))
+from harness import host_us_min, utc_now  # noqa: E402
+
 ROUNDS, CALLS = 7, 400
 
 
@@ -38,17 +40,7 @@ def _load(name: str):
 
 def host_us(fn, calls: int = CALLS) -> float:
     """Min over rounds of host µs per call; the device is drained between rounds only."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    torch.cuda.synchronize()
-    return best * 1e6
+    return host_us_min(fn, calls, ROUNDS)
 
 
 def main() -> None:
@@ -197,7 +189,7 @@ def main() -> None:
         "- command: `python benches/probe_host_costs.py --out ...`",
         f"- machine: {torch.cuda.get_device_name()}, {platform.processor() or platform.machine()}",
         f"- versions: torch {torch.__version__}, triton {triton.__version__}, Python {platform.python_version()}",
-        f"- date: {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}",
+        f"- date: {utc_now()}",
         "",
         "| piece | host µs |",
         "|---|---|",

@@ -31,6 +31,9 @@ import torch
 
 import ukv
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import utc_now, write_results  # noqa: E402
+
 HEADS, DIM = 2, 16
 MAX_STATES = 128
 """States held at once: without a cap, state slots (allocated more often than freed in the
@@ -216,8 +219,6 @@ def run(
 
 
 def _write(out: Path, results: list[dict], argv: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(results, indent=1))
     gpu = (
         torch.cuda.get_device_name()
         if torch.cuda.is_available()
@@ -228,7 +229,7 @@ def _write(out: Path, results: list[dict], argv: list[str]) -> None:
         "",
         f"- command: `python {' '.join(argv)}`",
         f"- machine: {gpu}; Python {sys.version.split()[0]}, torch {torch.__version__}",
-        f"- date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        f"- date: {utc_now()}",
         "",
         "| mode | page size | ops | s | checks (all bytes intact) | pages moved | RSS MiB (1/5 → end) | CUDA MiB (1/5 → end) | GPU waits | drained |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -241,7 +242,7 @@ def _write(out: Path, results: list[dict], argv: list[str]) -> None:
             f"{r['cuda_mib_from_fifth_to_end'][0]} → {r['cuda_mib_from_fifth_to_end'][1]} | "
             f"{r['gpu_waits']} | {r['drained']} |"
         )
-    (out / "soak.md").write_text("\n".join(lines) + "\n")
+    write_results(out / "soak.md", "\n".join(lines) + "\n", results)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Every ukv kernel against its pure-torch reference (``ukv.ops.*_ref``).
+"""Every ukv kernel against its pure-torch reference (``ukv.reference.*_ref``).
 
 On CPU the kernels run under Triton's interpreter (``tests/conftest.py`` sets
 ``TRITON_INTERPRET=1``), which executes each program in Python: shapes are tiny and odd
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ukv import ops
+from ukv import ops, reference
 from ukv.errors import ArgumentError
 from ukv.kernels import move_pages as move_kernels
 from ukv.kernels import state as state_kernels
@@ -110,7 +110,7 @@ def _run_store(device, geometry, loc, k, v, **kwargs):
     raw = _kv_buffer(geometry, device)
     expected = raw.clone()
     ops.store_kv(*_kv_views(raw, 1, geometry), loc, k, v, **kwargs)
-    ops.store_kv_ref(*_kv_views(expected, 1, geometry), loc, k, v, **kwargs)
+    reference.store_kv_ref(*_kv_views(expected, 1, geometry), loc, k, v, **kwargs)
     return raw, expected
 
 
@@ -261,7 +261,7 @@ def test_store_target_is_reusable_and_checks_views_once(device):
         dtype = torch.int32 if seed % 2 else torch.int64
         loc = _random_loc(12, geometry, dtype, device)[4 * seed : 4 * seed + 4]
         ops.store_kv_to(target, loc, k, v)
-        ops.store_kv_ref(*_kv_views(expected, 1, geometry), loc, k, v)
+        reference.store_kv_ref(*_kv_views(expected, 1, geometry), loc, k, v)
         assert torch.equal(raw, expected)
     with pytest.raises(ArgumentError, match=r"k must have shape \(4, 3, 5\)"):
         ops.store_kv_to(target, loc, v, v)
@@ -296,7 +296,7 @@ def test_move_pages_matches_reference(device, index_dtype, page_bytes, word):
     expected = buf.clone()
     src, dst = _disjoint_pairs(11, 5, index_dtype, device)
     ops.move_pages(buf, page_bytes, src, dst)
-    ops.move_pages_ref(expected, page_bytes, src, dst)
+    reference.move_pages_ref(expected, page_bytes, src, dst)
     assert torch.equal(buf, expected)
 
 
@@ -320,7 +320,7 @@ def test_move_pages_misaligned_buffer_uses_narrower_words(device):
     expected = raw.clone()
     src, dst = _disjoint_pairs(9, 4, torch.int64, device)
     ops.move_pages(buf, 24, src, dst)
-    ops.move_pages_ref(expected[1:], 24, src, dst)
+    reference.move_pages_ref(expected[1:], 24, src, dst)
     assert torch.equal(raw, expected)
 
 
@@ -333,7 +333,7 @@ def test_move_pages_many_chunks_per_page(device, monkeypatch):
     expected = buf.clone()
     src, dst = _disjoint_pairs(6, 3, torch.int64, device)
     ops.move_pages(buf, 200, src, dst)
-    ops.move_pages_ref(expected, 200, src, dst)
+    reference.move_pages_ref(expected, 200, src, dst)
     assert torch.equal(buf, expected)
 
 
@@ -353,7 +353,7 @@ def test_move_pages_fused_table_update_is_one_launch(device, monkeypatch):
     expected_tables = tables.clone()
     src, dst = _disjoint_pairs(8, 3, torch.int64, device)
     ops.move_pages(buf, 40, src, dst, tables=tables, tab_idx=tab_idx, tab_val=tab_val)
-    ops.move_pages_ref(
+    reference.move_pages_ref(
         expected, 40, src, dst, tables=expected_tables, tab_idx=tab_idx, tab_val=tab_val
     )
     assert counter.launches == _launches(device)
@@ -429,7 +429,7 @@ def test_copy_slots_matches_reference(device):
     expected = buf.clone()
     src, dst = _disjoint_pairs(9, 4, torch.int32, device)
     ops.copy_slots(buf, MAMBA_ENTRY_BYTES, src, dst)
-    ops.copy_slots_ref(expected, MAMBA_ENTRY_BYTES, src, dst)
+    reference.copy_slots_ref(expected, MAMBA_ENTRY_BYTES, src, dst)
     assert torch.equal(buf, expected)
 
 
@@ -441,7 +441,7 @@ def test_clear_slots_matches_reference(device, entry_bytes, monkeypatch):
     expected = buf.clone()
     slots = torch.tensor([4, -1, 0, 8, -1, 9, 2], device=device)  # padding, one past the end
     ops.clear_slots(buf, entry_bytes, slots)
-    ops.clear_slots_ref(expected, entry_bytes, slots)
+    reference.clear_slots_ref(expected, entry_bytes, slots)
     assert counter.launches == _launches(device)
     assert torch.equal(buf, expected)
     cleared = expected[: 9 * entry_bytes].view(9, entry_bytes)[[4, 0, 8, 2]]
@@ -479,13 +479,13 @@ def test_translate_matches_reference(device, page_size, ids_dtype, out_dtype):
     ids, v2p = _translate_inputs(device, ids_dtype)
     got = ops.translate(ids, v2p, page_size, out_dtype=out_dtype)
     assert got.dtype == out_dtype and got.shape == ids.shape
-    assert torch.equal(got, ops.translate_ref(ids, v2p, page_size, out_dtype=out_dtype))
+    assert torch.equal(got, reference.translate_ref(ids, v2p, page_size, out_dtype=out_dtype))
 
 
 def test_translate_reference_values():
     """The rule spelled out: page math, tombstones, negatives and overflow map to 0."""
     ids, v2p = _translate_inputs("cpu")
-    got = ops.translate_ref(ids, v2p, 3)
+    got = reference.translate_ref(ids, v2p, 3)
     # ids 0..2 -> page 0 -> phys 0..2; 3,5 -> page 1 -> 15,17; 6..8 -> tombstone -> 0;
     # 11 -> page 3 -> 6+2; 14 -> page 4 -> 21+2; 16,17 -> tombstone; 20 -> page 6 -> 9+2;
     # 21,22 -> page 7 (past the table); negatives and 1000 -> 0.
@@ -496,7 +496,7 @@ def test_translate_reference_values():
 @pytest.mark.parametrize("device", DEVICES)
 def test_translate_out_keeps_identity_and_may_alias_ids(device):
     ids, v2p = _translate_inputs(device)
-    expected = ops.translate_ref(ids, v2p, 4)
+    expected = reference.translate_ref(ids, v2p, 4)
     out = torch.full_like(ids, 123)
     ptr = out.data_ptr()
     assert ops.translate(ids, v2p, 4, out=out) is out and out.data_ptr() == ptr
@@ -512,7 +512,7 @@ def test_translate_slice_in_place_leaves_the_rest(device):
     buf = torch.cat([torch.full((3,), -7, device=device), ids, torch.full((2,), -9, device=device)])
     window = buf[3 : 3 + ids.numel()]
     ops.translate(window, v2p, 3, out=window)
-    assert torch.equal(window, ops.translate_ref(ids, v2p, 3))
+    assert torch.equal(window, reference.translate_ref(ids, v2p, 3))
     assert buf[:3].eq(-7).all() and buf[-2:].eq(-9).all()
 
 
@@ -521,7 +521,7 @@ def test_translate_partially_overlapping_out_is_staged(device):
     ids, v2p = _translate_inputs(device)
     n = ids.numel()
     base = torch.cat([ids, torch.zeros(1, dtype=ids.dtype, device=device)])
-    expected = ops.translate_ref(ids, v2p, 3)
+    expected = reference.translate_ref(ids, v2p, 3)
     out = base[1 : n + 1]  # shifted by one element: programs would race without staging
     ops.translate(base[:n], v2p, 3, out=out)
     assert torch.equal(out, expected)
@@ -531,12 +531,12 @@ def test_translate_partially_overlapping_out_is_staged(device):
 def test_translate_strided_ids_and_empty_inputs(device):
     ids, v2p = _translate_inputs(device)
     strided = ids[::3]
-    assert torch.equal(ops.translate(strided, v2p, 3), ops.translate_ref(strided, v2p, 3))
+    assert torch.equal(ops.translate(strided, v2p, 3), reference.translate_ref(strided, v2p, 3))
     empty = ids[:0]
     assert ops.translate(empty, v2p, 3).shape == (0,)
     no_table = v2p[:0]
     assert not ops.translate(ids, no_table, 3).any()
-    assert torch.equal(ops.translate_ref(ids, no_table, 3), torch.zeros_like(ids))
+    assert torch.equal(reference.translate_ref(ids, no_table, 3), torch.zeros_like(ids))
 
 
 def test_translate_rejects_bad_arguments():
@@ -570,7 +570,7 @@ def test_translate_is_cuda_graph_capturable():
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, ops.translate_ref(ids, v2p, 3))
+    assert torch.equal(out, reference.translate_ref(ids, v2p, 3))
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -588,10 +588,10 @@ def test_cpu_fallback_runs_the_reference_without_launching(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     counter = _count_launches(monkeypatch, translate_kernels, "translate_kernel")
     ids, v2p = _translate_inputs("cpu")
-    assert torch.equal(ops.translate(ids, v2p, 3), ops.translate_ref(ids, v2p, 3))
+    assert torch.equal(ops.translate(ids, v2p, 3), reference.translate_ref(ids, v2p, 3))
     buf = _random_bytes(5 * 16, "cpu")
     expected = buf.clone()
     ops.clear_slots(buf, 16, torch.tensor([1, -1, 3]))
-    ops.clear_slots_ref(expected, 16, torch.tensor([1, -1, 3]))
+    reference.clear_slots_ref(expected, 16, torch.tensor([1, -1, 3]))
     assert torch.equal(buf, expected)
     assert counter.launches == 0

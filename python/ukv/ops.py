@@ -1,4 +1,4 @@
-"""Validating wrappers around ukv's Triton kernels, with their pure-torch references.
+"""Validating wrappers around ukv's Triton kernels (the references are in :mod:`ukv.reference`).
 
 Each public op here (``store_kv``, ``move_pages``, ``copy_slots``, ``clear_slots``,
 ``translate``) does the same four things: validate its arguments (shape, dtype, device,
@@ -7,10 +7,11 @@ allocate what it returns, compute the grid, and launch one kernel. On that kerne
 none of them synchronises the host with the device or reads a tensor's values on the
 host, so every op runs on the caller's stream and can be captured in a CUDA graph.
 
-Each op has a ``*_ref`` twin written in plain torch with identical semantics. Tests hold
-the kernels to them, and they are the CPU fallback: :func:`use_triton` picks the kernel
-on CUDA (or on CPU under ``TRITON_INTERPRET=1``, which is how CPU tests run the kernels)
-and the reference everywhere else. The references take already-validated arguments.
+Each op has a ``*_ref`` twin in :mod:`ukv.reference`, written in plain torch with identical
+semantics. Tests hold the kernels to them, and they are the CPU fallback: :func:`use_triton`
+picks the kernel on CUDA (or on CPU under ``TRITON_INTERPRET=1``, which is how CPU tests run
+the kernels) and the reference everywhere else. The references take already-validated
+arguments.
 
 Semantics shared by kernels and references: an id outside its table (a ``loc`` past the
 view, a page past the buffer, a table index past the table, a slot ``< 0``) is skipped
@@ -27,6 +28,15 @@ from typing import NamedTuple
 import torch
 
 from ukv.errors import ArgumentError
+from ukv.reference import (
+    _unit_rows,
+    clear_slots_ref,
+    copy_slots_ref,
+    move_pages_ref,
+    store_kv_ref,
+    translate_ref,
+)
+from ukv.reference import store_payload as _store_payload
 from ukv.specs import FP8_DTYPES
 
 try:
@@ -39,18 +49,13 @@ except ImportError:  # Triton is Linux-only; the torch references still work.
 
 __all__ = [
     "clear_slots",
-    "clear_slots_ref",
     "copy_slots",
-    "copy_slots_ref",
     "move_pages",
-    "move_pages_ref",
     "StoreTarget",
     "store_kv",
-    "store_kv_ref",
     "store_kv_to",
     "store_target",
     "translate",
-    "translate_ref",
     "use_triton",
 ]
 
@@ -231,16 +236,6 @@ def _word_dtype(buf: torch.Tensor, unit_bytes: int) -> torch.dtype:
     return torch.uint8
 
 
-def _unit_rows(buf: torch.Tensor, unit_bytes: int) -> torch.Tensor:
-    """``buf`` as ``(num_units, unit_bytes)`` rows, the trailing partial unit dropped."""
-    num_units = buf.numel() // unit_bytes
-    return buf[: num_units * unit_bytes].view(num_units, unit_bytes)
-
-
-def _in_range(ids: torch.Tensor, size: int) -> torch.Tensor:
-    return (ids >= 0) & (ids < size)
-
-
 # ------------------------------------------------------------------------------ store_kv
 
 
@@ -352,59 +347,6 @@ def _check_store_rows(
             raise ArgumentError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
 
 
-def _store_payload(
-    name: str,
-    x: torch.Tensor,
-    view_dtype: torch.dtype,
-    scale: float | torch.Tensor | None,
-    fp8_dtype: torch.dtype | None,
-) -> torch.Tensor:
-    """Convert ``x`` to what is stored in a view of ``view_dtype`` (a new tensor if cast).
-
-    The scale divides only when a cast happens (the quantisation step), as in SGLang.
-    """
-    if x.dtype == view_dtype:
-        return x
-    target = fp8_dtype if fp8_dtype is not None else view_dtype
-    if target == torch.uint8 and x.dtype in FP8_DTYPES:
-        target = x.dtype  # already-quantised fp8: store its bits as they are
-    if x.dtype != target:
-        if target == torch.uint8:
-            raise ArgumentError(
-                f"fp8_dtype is needed to store {name} of {_dtype_name(x.dtype)} in uint8 views"
-            )
-        if scale is not None:
-            x = x / scale
-        x = x.to(target)
-    return x.view(view_dtype)
-
-
-def store_kv_ref(
-    k_view: torch.Tensor,
-    v_view: torch.Tensor,
-    loc: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    k_scale: float | torch.Tensor | None = None,
-    v_scale: float | torch.Tensor | None = None,
-    fp8_dtype: torch.dtype | None = None,
-) -> None:
-    """Pure-torch :func:`store_kv`: ``k_view[loc // ps, loc % ps] = k`` (and V).
-
-    Args: as :func:`store_kv`, already validated.
-    """
-    k = _store_payload("k", k, k_view.dtype, k_scale, fp8_dtype)
-    v = _store_payload("v", v, v_view.dtype, v_scale, fp8_dtype)
-    page_size = k_view.shape[1]
-    loc = loc.to(torch.int64)
-    keep = _in_range(loc, k_view.shape[0] * page_size)
-    loc, k, v = loc[keep], k[keep], v[keep]
-    page, tok = loc // page_size, loc % page_size
-    k_view[page, tok] = k
-    v_view[page, tok] = v
-
-
 def _store_kv_triton(t: StoreTarget, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     grid = (_cdiv(loc.numel(), t.block_n), 2)
     _store_k.store_kv_kernel[grid](
@@ -505,29 +447,6 @@ def store_kv_to(
 
 
 # ---------------------------------------------------------------------------- move_pages
-
-
-def move_pages_ref(
-    buf: torch.Tensor,
-    page_bytes: int,
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    *,
-    tables: torch.Tensor | None = None,
-    tab_idx: torch.Tensor | None = None,
-    tab_val: torch.Tensor | None = None,
-) -> None:
-    """Pure-torch :func:`move_pages`: ``pages[dst] = pages[src]``, then the table update.
-
-    Args: as :func:`move_pages`, already validated.
-    """
-    pages = _unit_rows(buf, page_bytes)
-    src, dst = src.to(torch.int64), dst.to(torch.int64)
-    keep = _in_range(src, pages.shape[0]) & _in_range(dst, pages.shape[0])
-    pages[dst[keep]] = pages[src[keep]]  # the right-hand side is gathered first
-    if tables is not None and tab_idx is not None and tab_val is not None:
-        keep = _in_range(tab_idx, tables.numel())
-        tables[tab_idx[keep]] = tab_val[keep]
 
 
 def _envelope_tiling(unit_words: int, word_bytes: int) -> tuple[int, int, int]:
@@ -634,13 +553,6 @@ def move_pages(
 # --------------------------------------------------------------------------- state slots
 
 
-def copy_slots_ref(
-    buf: torch.Tensor, entry_bytes: int, src: torch.Tensor, dst: torch.Tensor
-) -> None:
-    """Pure-torch :func:`copy_slots`. Args: as :func:`copy_slots`, already validated."""
-    move_pages_ref(buf, entry_bytes, src, dst)
-
-
 def copy_slots(buf: torch.Tensor, entry_bytes: int, src: torch.Tensor, dst: torch.Tensor) -> None:
     """Copy whole Mamba state slots (copy-on-write of a request's state), one launch.
 
@@ -665,13 +577,6 @@ def copy_slots(buf: torch.Tensor, entry_bytes: int, src: torch.Tensor, dst: torc
         copy_slots_ref(buf, entry_bytes, src, dst)
         return
     _launch_move(buf, entry_bytes, src, dst, None)
-
-
-def clear_slots_ref(buf: torch.Tensor, entry_bytes: int, slots: torch.Tensor) -> None:
-    """Pure-torch :func:`clear_slots`. Args: as :func:`clear_slots`, already validated."""
-    entries = _unit_rows(buf, entry_bytes)
-    slots = slots.to(torch.int64)
-    entries[slots[_in_range(slots, entries.shape[0])]] = 0
 
 
 def _launch_clear(buf: torch.Tensor, entry_bytes: int, slots: torch.Tensor) -> None:
@@ -742,29 +647,6 @@ def _overlap_is_unsafe(out: torch.Tensor, ids: torch.Tensor) -> bool:
     out_hi = out_lo + ((out.numel() - 1) * abs(out.stride(0)) + 1) * out.element_size()
     ids_hi = ids_lo + ((ids.numel() - 1) * abs(ids.stride(0)) + 1) * ids.element_size()
     return out_lo < ids_hi and ids_lo < out_hi
-
-
-def translate_ref(
-    ids: torch.Tensor,
-    v2p: torch.Tensor,
-    page_size: int,
-    *,
-    out: torch.Tensor | None = None,
-    out_dtype: torch.dtype = torch.int64,
-) -> torch.Tensor:
-    """Pure-torch :func:`translate`. Args/Returns: as :func:`translate`, validated."""
-    ids64 = ids.to(torch.int64)
-    page = torch.div(ids64, page_size, rounding_mode="floor")
-    valid = (ids64 >= 0) & (page < v2p.numel())
-    if v2p.numel() == 0:
-        phys = torch.zeros_like(ids64)
-    else:
-        base = v2p[torch.where(valid, page, 0)].to(torch.int64)
-        phys = base * page_size + ids64 % page_size
-    phys = torch.where(valid & (phys >= 0), phys, 0).to(out_dtype)
-    if out is None:
-        return phys
-    return out.copy_(phys)  # phys is materialised first, so out may alias ids
 
 
 def _launch_translate(

@@ -10,9 +10,10 @@ plain gather/scatter over a strided view of the pool's one ``uint8`` buffer:
 - :mod:`.state` zeroes Mamba state slots (slot copies reuse the page-move kernel).
 - :mod:`.translate` maps virtual token ids to physical ones through a v2p table.
 
-The validating wrappers, the grid computation and the pure-torch references live in
-``ukv.ops``; import kernels from there, never call them directly. This directory is
-shipped inside the wheel as ``ukv.kernels``, so modules here use relative imports only.
+The validating wrappers and the grid computation live in ``ukv.ops``, the pure-torch
+references in ``ukv.reference``; call the kernels through ``ukv.ops``, never directly. This
+directory is shipped inside the wheel as ``ukv.kernels``, so modules here use relative imports
+only.
 """
 
 from . import move_pages, plan, state, store_kv, translate

@@ -2,7 +2,7 @@
 //!
 //! The arena is a chain of bands, lowest bytes first: a grow-up sub-pool at the low end, a
 //! grow-down sub-pool at the high end, and optionally one middle band floating between them
-//! (see [`crate::middle`] for how it grows and slides). Every check goes through a band's
+//! (see `middle.rs` for how it grows and slides). Every check goes through a band's
 //! neighbours in the chain (`limit_above` / `limit_below`), never through "the other pool";
 //! an empty middle band is transparent (the two ends are then each other's neighbours).
 //!
@@ -16,10 +16,7 @@ use crate::lazy::FlushMode;
 use std::collections::HashSet;
 
 use crate::plan::Plan;
-use crate::subpool::{FreeGroup, SubPool, TOMBSTONE};
-
-/// Batches up to this many ids use element-wise deque operations instead of bulk ones.
-pub(crate) const SMALL_BATCH: usize = 8;
+use crate::subpool::{FreeGroup, SubPool, SMALL_BATCH, TOMBSTONE};
 
 /// Default cap on the page moves of one non-urgent flush pass.
 pub const DEFAULT_MAX_MOVES_PER_FLUSH: usize = 4096;

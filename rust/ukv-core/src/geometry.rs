@@ -18,7 +18,7 @@ pub enum Direction {
     Up,
     /// Floats between the grow-up and the grow-down band (an arena has at most one): its
     /// band `[base, watermark)` grows at either end and slides when an end band needs its
-    /// bytes (see `crate::middle`). Declared between the ends, in band order: the hot
+    /// bytes (see `middle.rs`). Declared between the ends, in band order: the hot
     /// paths then tell "grows upwards" (up or middle) from "down" with one compare.
     Middle,
     /// Hands out pages `num_pages - 1, num_pages - 2, ...` from the high end.

@@ -4,10 +4,12 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use crate::arena::SMALL_BATCH;
 use crate::error::{Result, UkvError};
 use crate::geometry::{Direction, Geometry, PoolSpec};
 use crate::plan::PoolPlan;
+
+/// Batches up to this many ids use element-wise deque operations instead of bulk ones.
+pub(crate) const SMALL_BATCH: usize = 8;
 
 /// Marks the absence of a binding in v2p/p2v and the sentinel last row.
 pub const TOMBSTONE: i64 = -1;
