@@ -44,11 +44,8 @@ MAP_HEADING = "## Package map"
 # python/ukv cycles that are known and owned by someone, with who and why; empty is the goal.
 # Each entry allows exactly that set of modules: a cycle that grows or changes fails again,
 # and an entry whose cycle is gone fails too (so the list cannot go stale).
-ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # The lead's (issue 19, part 1): the allocator calls the pool's private methods and the
-    # pool builds allocators. Delete this entry when the small internal interface lands.
-    frozenset({"allocator", "pool"}): "issue 19: allocator <-> pool, the lead's rewrite",
-}
+ALLOWED_CYCLES: dict[frozenset[str], str] = {}
+"""Cycles tolerated for now, each with the reason; an entry whose cycle is gone fails."""
 
 Graph = dict[str, set[str]]
 
