@@ -602,9 +602,9 @@ def _state() -> StateShape:
     [
         (
             dict(state=_state(), swa=AttentionShape(2, 2, 64, window=8)),
-            "exactly one of state and swa",
+            "at most one of state and swa",
         ),
-        (dict(), "exactly one of state and swa"),
+        (dict(full=None), "has no cache"),
         (dict(swa=AttentionShape(2, 2, 64)), "swa must be an AttentionShape with a window"),
         (
             dict(state=_state(), full=AttentionShape(2, 2, 64, window=8)),
