@@ -639,7 +639,7 @@ def test_model_shape_validation(kwargs: dict, message: str) -> None:
             lambda: Mamba2Mixer(8, 8, 1, 16, d_conv=True),
             "mamba2 d_conv must be a positive int, got True",
         ),
-        (lambda: StateShape(1, mixer="m"), "state mixer must be a Mamba1Mixer"),  # type: ignore[arg-type]
+        (lambda: StateShape(1, mixer="m"), "state mixer must be one of Mamba1Mixer"),  # type: ignore[arg-type]
         (lambda: StateShape(1, _state().mixer, temporal_dtype=torch.int64), "state temporal_dtype"),
     ],
 )
