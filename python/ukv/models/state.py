@@ -368,10 +368,15 @@ class ShortConvMixer:
         )
 
 
-Mixer = (
-    Mamba1Mixer | Mamba2Mixer | GatedDeltaNetMixer | LightningMixer | KDAMixer | ShortConvMixer
+Mixer = Mamba1Mixer | Mamba2Mixer | GatedDeltaNetMixer | LightningMixer | KDAMixer | ShortConvMixer
+MIXER_TYPES = (
+    Mamba1Mixer,
+    Mamba2Mixer,
+    GatedDeltaNetMixer,
+    LightningMixer,
+    KDAMixer,
+    ShortConvMixer,
 )
-MIXER_TYPES = (Mamba1Mixer, Mamba2Mixer, GatedDeltaNetMixer, LightningMixer, KDAMixer, ShortConvMixer)
 
 
 @dataclass(frozen=True)
