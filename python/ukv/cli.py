@@ -232,7 +232,7 @@ def plan_data(args: argparse.Namespace) -> dict:
     chunk = _int_arg(args.chunk, "--chunk")
     if shape.is_hybrid:
         uni = UnifiedBackend(shape, s.total, s.page_size, ctx)
-        layouts = {
+        layouts: dict[str, Any] = {
             "unified": uni,
             "sglang-default": SplitBackend(
                 shape, s.total, sglang_default_share(shape), s.page_size, "sglang"
@@ -267,7 +267,7 @@ def plan_data(args: argparse.Namespace) -> dict:
         "rows": rows,
     }
     if shape.is_hybrid:
-        padded = layouts["padded"]
+        padded: Any = layouts["padded"]
         data["unified_pool"] = {
             "max_tokens": uni.full.available_size(),
             "max_other": uni.other.available_size(),

@@ -24,6 +24,11 @@ MISTRAL_SLIDING_WINDOW = 4096
 """transformers' MistralConfig default ``sliding_window`` (a saved null means none)."""
 
 
+def _all(kind: LayerKind, num_layers: int) -> tuple[LayerKind, ...]:
+    """Every layer of one kind."""
+    return (kind,) * num_layers
+
+
 def _gqa(cfg: ConfigFields, head_dim_default: int | None = None) -> dict:
     """Attention geometry: ``head_dim`` (default ``hidden_size // num_attention_heads``),
     KV heads (default: the query heads)."""
@@ -36,6 +41,10 @@ def _gqa(cfg: ConfigFields, head_dim_default: int | None = None) -> dict:
     }
 
 
+def _kind(sliding: bool) -> LayerKind:
+    return "swa" if sliding else "full"
+
+
 def _llama(cfg: ConfigFields, name: str) -> ModelShape:
     """Llama, Qwen2/3 and other plain decoders: full attention in every layer, unless
     ``layer_types`` or ``use_sliding_window`` (layers from ``max_window_layers`` on) say
@@ -46,9 +55,9 @@ def _llama(cfg: ConfigFields, name: str) -> ModelShape:
         kinds = layers.from_layer_types(cfg.sequence("layer_types"), _FULL_SLIDING, "layer_types")
     elif cfg.raw("use_sliding_window", False) is True:
         first = cfg.integer("max_window_layers", minimum=0, default=num_layers)
-        kinds = tuple("swa" if i >= first else "full" for i in range(num_layers))
+        kinds = tuple(_kind(i >= first) for i in range(num_layers))
     else:
-        kinds = ("full",) * num_layers
+        kinds = _all("full", num_layers)
     if "swa" in kinds:
         window = cfg.integer("sliding_window")
     return assemble(cfg, name, kinds, attention=_gqa(cfg), window=window)
@@ -59,18 +68,18 @@ def _mistral(cfg: ConfigFields, name: str) -> ModelShape:
     4096 when the key is absent); a saved null means full attention (v0.2 on)."""
     num_layers = cfg.integer("num_hidden_layers")
     if "sliding_window" in cfg.values and cfg.values["sliding_window"] is None:
-        return assemble(cfg, name, ("full",) * num_layers, attention=_gqa(cfg))
+        return assemble(cfg, name, _all("full", num_layers), attention=_gqa(cfg))
     window = cfg.integer("sliding_window", default=MISTRAL_SLIDING_WINDOW)
-    return assemble(cfg, name, ("swa",) * num_layers, attention=_gqa(cfg), window=window)
+    return assemble(cfg, name, _all("swa", num_layers), attention=_gqa(cfg), window=window)
 
 
 def _mixtral(cfg: ConfigFields, name: str) -> ModelShape:
     """Mixtral: like Mistral, but transformers' default window is none (full attention)."""
     num_layers = cfg.integer("num_hidden_layers")
     if not cfg.has("sliding_window"):
-        return assemble(cfg, name, ("full",) * num_layers, attention=_gqa(cfg))
+        return assemble(cfg, name, _all("full", num_layers), attention=_gqa(cfg))
     window = cfg.integer("sliding_window")
-    return assemble(cfg, name, ("swa",) * num_layers, attention=_gqa(cfg), window=window)
+    return assemble(cfg, name, _all("swa", num_layers), attention=_gqa(cfg), window=window)
 
 
 def _gpt_oss(cfg: ConfigFields, name: str) -> ModelShape:

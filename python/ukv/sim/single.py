@@ -109,7 +109,7 @@ class SingleKindBackend(Backend):
     def fits_alone(self, tokens: int) -> bool:
         if self.kind == "state":
             return self.cap >= 1
-        return int(self._held(np.int64(tokens))) <= self.cap
+        return int(self._held(int(tokens))) <= self.cap
 
     def usage(self) -> tuple[int, int]:
         if self.kind == "full":
