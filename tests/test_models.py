@@ -600,7 +600,7 @@ def test_load_resolves_paths_then_presets(tmp_path: Path) -> None:
         models.preset("gpt-oss-120b"), name=tmp_path.name
     )
     with pytest.raises(
-        ukv.PoolConfigError, match="neither a path to a config.json nor a preset"
+        ukv.PoolConfigError, match="neither a path to a config.json, a preset, nor a model id"
     ) as info:
         models.load("no/such/model")
     assert "Gemma-3-27B" in str(info.value)
