@@ -355,6 +355,12 @@ def _edit(name: str, path: tuple[str, ...], value: Any) -> dict:
             "layer 3 must be in exactly one of",
         ),
         ("Kimi-Linear-48B-A3B", ("kv_lora_rank",), ..., "missing key 'kv_lora_rank'"),
+        (
+            "Kimi-Linear-48B-A3B",
+            ("linear_attn_config", "full_attn_layers", 0),
+            0,
+            r"'linear_attn_config.full_attn_layers' holds 0; expected layer indices in \[1, 28\)",
+        ),
         ("Falcon-H1-7B", ("mamba_d_head",), 64, "mamba_n_heads 24 x mamba_d_head 64"),
         ("Zamba2-2.7B", ("n_mamba_heads",), 81, "n_mamba_heads 81 x mamba_headdim 64"),
         ("Zamba2-2.7B", ("layers_block_type", 3), "moe", r"layers_block_type\[3\] is 'moe'"),

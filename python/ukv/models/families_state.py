@@ -295,8 +295,8 @@ def _kimi_linear(cfg: ConfigFields, name: str) -> ModelShape:
     lin = cfg.mapping("linear_attn_config")
     num_layers = cfg.integer("num_hidden_layers")
     base = lin.integer("kda_layer_index_base", minimum=0, default=1)
-    full = {i - base for i in _indices(lin, "full_attn_layers", num_layers + base)}
-    kda = {i - base for i in _indices(lin, "kda_layers", num_layers + base)}
+    full = {i - base for i in _indices(lin, "full_attn_layers", num_layers + base, base)}
+    kda = {i - base for i in _indices(lin, "kda_layers", num_layers + base, base)}
     kinds: list[LayerKind] = []
     for i in range(num_layers):
         if (i in full) == (i in kda):
@@ -338,14 +338,14 @@ def _lfm2(cfg: ConfigFields, name: str) -> ModelShape:
     return assemble(cfg, name, kinds, attention=_gqa(cfg, head_dim), mixer=mixer)
 
 
-def _indices(cfg: ConfigFields, key: str, bound: int) -> list[int]:
-    """A list of layer indices in ``[0, bound)`` at ``key``."""
+def _indices(cfg: ConfigFields, key: str, bound: int, low: int = 0) -> list[int]:
+    """A list of layer indices in ``[low, bound)`` at ``key``."""
     values = cfg.sequence(key)
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < bound:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v < bound:
             raise PoolConfigError(
                 f"{cfg.model_type} config key {cfg.key(key)!r} holds {v!r}; expected layer "
-                f"indices in [0, {bound})"
+                f"indices in [{low}, {bound})"
             )
     return list(values)
 
