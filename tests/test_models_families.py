@@ -123,6 +123,13 @@ EXPECTED: dict[str, tuple[str, int, int, int]] = {
         mamba2(64, 8192, 8, 128, 128, 64, 4, ssm=4),
         mamba2(64, 8192, 8, 128, 128, 64, 4, ssm=2),
     ),
+    # 64 Mamba1 layers of I = 2 x 2560, N 16; an fp32 checkpoint, served (conv too) in bf16.
+    "Mamba-2.8B": (
+        "state",
+        0,
+        64 * (3 * 5120 * 2 + 5120 * 16 * 4),
+        64 * (3 * 5120 * 2 + 5120 * 16 * 2),
+    ),
     "Llama-3.1-8B": ("full", 32 * 2 * 8 * 128 * 2, 0, 0),
     # granitemoehybrid with no Mamba layer: 40 attention layers, 8 KV heads x 2560 / 40.
     "Granite-4.0-Micro": ("full", 40 * 2 * 8 * 64 * 2, 0, 0),
@@ -222,6 +229,36 @@ def test_layer_patterns() -> None:
     lfm2 = models.from_hf_config(FIXTURES / "LFM2-1.2B")
     assert lfm2.layer_ids("full") == (2, 5, 8, 10, 12, 14)
     assert lfm2.state is not None and lfm2.state.temporal_shape is None
+
+
+@pytest.mark.parametrize(
+    "fixture,model_type,kind",
+    [
+        ("Llama-3.1-8B", "qwen2", "full"),
+        ("Llama-3.1-8B", "qwen3", "full"),
+        ("Llama-3.1-8B", "qwen3_moe", "full"),
+        ("Llama-3.1-8B", "mixtral", "full"),
+        ("Mistral-7B-v0.1", "mixtral", "sliding"),
+        ("MiniMax-Text-01", "minimax_m1", "mamba"),
+    ],
+)
+def test_sibling_model_types_read_alike(fixture: str, model_type: str, kind: str) -> None:
+    cfg = config(fixture)
+    cfg["model_type"] = model_type
+    shape = models.from_hf_config(cfg)
+    assert shape.kind == kind and shape.architecture == model_type
+    assert (
+        shape.kv_bytes_per_token() == models.from_hf_config(FIXTURES / fixture).kv_bytes_per_token()
+    )
+
+
+def test_qwen_sliding_layers_from_max_window_layers() -> None:
+    cfg = config("Llama-3.1-8B")
+    cfg.update(
+        model_type="qwen2", use_sliding_window=True, sliding_window=4096, max_window_layers=28
+    )
+    shape = models.from_hf_config(cfg)
+    assert shape.layer_ids("swa") == (28, 29, 30, 31) and shape.swa.window == 4096  # type: ignore[union-attr]
 
 
 def test_lfm2_older_full_attn_idxs() -> None:
