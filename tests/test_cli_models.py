@@ -81,15 +81,16 @@ def test_plan_engine_dtypes(capsys: Any) -> None:
 
 
 def test_plan_text_names_dtypes_for_a_single_kind_model(capsys: Any) -> None:
-    argv = ["plan", "--model", str(FIXTURES / "Llama-3.1-8B"), "--memory", "8GiB"]
+    argv = ["plan", "--model", str(FIXTURES / "Llama-3.1-8B"), "--memory", "8GiB",
+            "--max-context", "32768"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "dtypes: engine sglang: kv bfloat16" in out
     assert "one kind of cache (full)" in out and "single-pool" in out
-    # 8 GiB / (131,072 B/token) = 65,536 tokens: 64 requests of 1K, none of 128K
+    # 8 GiB / (131,072 B/token) = 65,536 tokens: 64 requests of 1K, 2 of 32K
     data = run_json(argv, capsys)
     rows = {r["length"]: r["single-pool"] for r in data["rows"]}
-    assert rows[1024] == 64 and rows[131072] == 0
+    assert rows == {1024: 64, 8192: 8, 32768: 2}
 
 
 @pytest.mark.parametrize(
@@ -145,7 +146,9 @@ def test_import_ukv_stays_light() -> None:
          "bad --kv-dtype 'int4'"),
         (["plan", "--model", "Gemma-3-27B", "--memory", "40GiB", "--state-dtype", "fp32"],
          "has no state"),
-        (["plan", "--model", "Gemma-3-27B", "--memory", "1GiB"], "invalid pool size"),
+        (["plan", "--model", "Gemma-3-27B", "--memory", "1GiB"], "shorter --max-context"),
+        (["plan", "--model", str(FIXTURES / "Llama-3.1-8B"), "--memory", "8GiB"],
+         "one request of 131072 tokens does not fit"),
         (["plan", "--model", "someorg/not-cached", "--memory", "1GiB"], "Hugging Face cache"),
         (["simulate", "--model", "Jamba-1.5-Mini", "--memory", "8GiB", "--trace", "chat",
           "--requests", "0"], "bad --requests '0'"),

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ukv.errors import ArgumentError, UkvError
+from ukv.errors import ArgumentError, PoolConfigError, UkvError
 
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "ki": 1 << 10, "kib": 1 << 10,
          "m": 10**6, "mb": 10**6, "mi": 1 << 20, "mib": 1 << 20,
@@ -230,8 +230,12 @@ def plan_data(args: argparse.Namespace) -> dict:
     shape = s.shape
     ctx = _max_context(args, shape)
     chunk = _int_arg(args.chunk, "--chunk")
+    hint = "; pass a shorter --max-context (default: the model's max_position_embeddings)"
     if shape.is_hybrid:
-        uni = UnifiedBackend(shape, s.total, s.page_size, ctx)
+        try:
+            uni = UnifiedBackend(shape, s.total, s.page_size, ctx)
+        except PoolConfigError as e:
+            raise PoolConfigError(f"{e}{hint}") from e
         layouts: dict[str, Any] = {
             "unified": uni,
             "sglang-default": SplitBackend(
@@ -241,6 +245,10 @@ def plan_data(args: argparse.Namespace) -> dict:
         }
     else:
         layouts = {"single-pool": SingleKindBackend(shape, s.total, s.page_size)}
+        if not layouts["single-pool"].fits_alone(ctx):
+            raise PoolConfigError(
+                f"invalid pool size: one request of {ctx} tokens does not fit {s.total} bytes{hint}"
+            )
     lengths = {*PLAN_LENGTHS, ctx} | (set(PLOT_LENGTHS) if args.plot else set())
     rows = []
     for n in sorted(x for x in lengths if x <= ctx):
