@@ -80,6 +80,14 @@ def test_plan_engine_dtypes(capsys: Any) -> None:
     assert told["dtypes"]["kv"] == "float8_e4m3fn"
 
 
+def test_fp32_checkpoint_served_bf16_unless_told(capsys: Any) -> None:
+    base = ["plan", "--model", str(FIXTURES / "Gemma-2-9B"), "--memory", "8GiB"]
+    served = run_json(base, capsys)
+    told = run_json([*base, "--dtype", "fp32"], capsys)
+    assert served["dtypes"]["kv"] == "bfloat16" and told["dtypes"]["kv"] == "float32"
+    assert told["kv_bytes_per_token"] == 2 * served["kv_bytes_per_token"] == 2 * 172032
+
+
 def test_plan_text_names_dtypes_for_a_single_kind_model(capsys: Any) -> None:
     argv = ["plan", "--model", str(FIXTURES / "Llama-3.1-8B"), "--memory", "8GiB",
             "--max-context", "32768"]  # fmt: skip

@@ -91,6 +91,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-size", default="16", help="tokens per page (default 16)")
     p.add_argument("--engine", default="sglang",
                    help="whose cache dtypes: sglang (fp32 SSM state) or vllm (default sglang)")  # fmt: skip
+    p.add_argument("--dtype", help="serving dtype (bf16, fp16, fp32); default the config's, "
+                   "an fp32 checkpoint served in bf16")  # fmt: skip
     p.add_argument("--kv-dtype", help="KV cache dtype (bf16, fp16, fp32, fp8); default serving")
     p.add_argument("--state-dtype", help="recurrent-state dtype; default the engine's convention")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
@@ -171,7 +173,10 @@ def _setup(args: argparse.Namespace) -> Setup:
     total = parse_bytes(args.memory)
     kv = None if args.kv_dtype is None else parse_dtype(args.kv_dtype, "--kv-dtype")
     state = None if args.state_dtype is None else parse_dtype(args.state_dtype, "--state-dtype")
-    shape, dtypes = apply_engine_dtypes(models.load(args.model), args.engine, kv=kv, state=state)
+    shape = models.load(args.model)
+    if args.dtype is not None:
+        shape = dataclasses.replace(shape, model_dtype=parse_dtype(args.dtype, "--dtype"))
+    shape, dtypes = apply_engine_dtypes(shape, args.engine, kv=kv, state=state)
     shape = shape.sharded(tp) if tp != 1 else shape
     return Setup(shape, dtypes, total, page_size, tp, args.engine)
 
