@@ -171,6 +171,18 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str, capsys: Any)
     assert err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["plan", "--memory", "8GiB"], ["simulate", "--model", "x", "--memory", "1", "--seed", "a"]],
+)
+def test_usage_errors_are_one_line(argv: list[str], capsys: Any) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err and "usage" not in err, err
+
+
 def test_closed_pipe_is_one_line_exit_2() -> None:
     # ``ukv plan ... | head -1``: the reader goes away after one line.
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}

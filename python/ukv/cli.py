@@ -13,6 +13,7 @@
 
 Both take ``--engine sglang|vllm`` (whose cache-dtype convention to follow, see
 :mod:`ukv.models.dtypes`), ``--kv-dtype`` / ``--state-dtype`` (explicit dtypes), and
+``--dtype`` (the serving dtype; an fp32 checkpoint is served in bf16 unless told) and
 ``--json [PATH]`` (the result as JSON, on stdout without a path). Every output names the
 dtypes it used. Bad input is one line on stderr and exit status 2.
 """
@@ -99,12 +100,20 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="write the result as JSON to PATH (stdout, without the table, if no PATH)")  # fmt: skip
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2), like
+    every other ukv error, instead of the usage block and the message."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None, prog: str = "ukv") -> int:
     """Entry point of the ``ukv`` console script and of ``python -m ukv``: ``demo``,
     ``plan`` and ``simulate``."""
     from ukv.demo import cli as demo_cli
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog, description="ukv: the hybrid KV-cache pool's demo and capacity planning"
     )
     sub = parser.add_subparsers(dest="command", required=True)
