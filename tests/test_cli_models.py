@@ -69,6 +69,14 @@ def test_plan_engine_dtypes(capsys: Any) -> None:
     sglang = run_json(base, capsys)
     vllm = run_json([*base, "--engine", "vllm"], capsys)
     assert sglang["dtypes"]["state"] == "float32" and vllm["dtypes"]["state"] == "bfloat16"
+    assert (
+        sglang["state_bytes_by_engine"]
+        == vllm["state_bytes_by_engine"]
+        == {
+            "sglang": sglang["state_bytes_per_request"],
+            "vllm": vllm["state_bytes_per_request"],
+        }
+    )
     # 36 GDN layers: conv 8192 x 3 bf16, temporal 32 x 128 x 128 in fp32 or bf16
     assert sglang["state_bytes_per_request"] == 36 * (8192 * 3 * 2 + 32 * 128 * 128 * 4)
     assert vllm["state_bytes_per_request"] == 36 * (8192 * 3 * 2 + 32 * 128 * 128 * 2)

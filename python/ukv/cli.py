@@ -171,11 +171,12 @@ class Setup:
     page_size: int
     tp: int
     engine: str
+    state_bytes_by_engine: dict[str, int]
 
 
 def _setup(args: argparse.Namespace) -> Setup:
     from ukv import models
-    from ukv.models.dtypes import apply_engine_dtypes, parse_dtype
+    from ukv.models.dtypes import ENGINES, apply_engine_dtypes, parse_dtype
 
     tp = _int_arg(args.tp, "--tp")
     page_size = _int_arg(args.page_size, "--page-size")
@@ -185,9 +186,16 @@ def _setup(args: argparse.Namespace) -> Setup:
     shape = models.load(args.model)
     if args.dtype is not None:
         shape = dataclasses.replace(shape, model_dtype=parse_dtype(args.dtype, "--dtype"))
-    shape, dtypes = apply_engine_dtypes(shape, args.engine, kv=kv, state=state)
-    shape = shape.sharded(tp) if tp != 1 else shape
-    return Setup(shape, dtypes, total, page_size, tp, args.engine)
+    served, dtypes = apply_engine_dtypes(shape, args.engine, kv=kv, state=state)
+    served = served.sharded(tp) if tp != 1 else served
+    # What each engine's convention gives this rank (the same unless --*-dtype say otherwise).
+    by_engine = {}
+    if served.state is not None:
+        for engine in ENGINES:
+            other, _ = apply_engine_dtypes(shape, engine, kv=kv, state=state)
+            other = other.sharded(tp) if tp != 1 else other
+            by_engine[engine] = other.state_bytes_per_request()
+    return Setup(served, dtypes, total, page_size, tp, args.engine, by_engine)
 
 
 def _header(s: Setup) -> list[str]:
@@ -201,8 +209,10 @@ def _header(s: Setup) -> list[str]:
         what = "MLA latent" if shape.full.is_mla else "full attention"
         lines.append(f"{what}: {shape.kv_bytes_per_token():,} B/token")
     if shape.state is not None:
+        engines = ", ".join(f"{e} {b:,}" for e, b in s.state_bytes_by_engine.items())
         lines.append(
-            f"state ({shape.state.mixer.kind}): {shape.state_bytes_per_request():,} B/request"
+            f"state ({shape.state.mixer.kind}): {shape.state_bytes_per_request():,} B/request "
+            f"(by engine convention: {engines})"
         )
     if shape.swa is not None:
         what = "chunked attention" if shape.swa.chunked else "sliding window"
@@ -283,6 +293,7 @@ def plan_data(args: argparse.Namespace) -> dict:
         "max_position_embeddings": shape.max_position_embeddings,
         "kv_bytes_per_token": shape.kv_bytes_per_token(),
         "state_bytes_per_request": shape.state_bytes_per_request() if shape.state else None,
+        "state_bytes_by_engine": s.state_bytes_by_engine,
         "swa_bytes_per_token": shape.swa_bytes_per_token() if shape.swa else None,
         "window": shape.swa.window if shape.swa else None,
         "layouts": list(layouts),
