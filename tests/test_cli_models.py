@@ -48,7 +48,9 @@ def test_plan_json_names_dtypes_and_follows_chunking(capsys: Any) -> None:
     # 8K chunks hold 3 (the SWA side only ever holds a window plus one chunk).
     data = run_json(["plan", "--model", "Gemma-3-27B", "--memory", "40GiB"], capsys)
     assert data["max_context"] == 131072 == data["max_position_embeddings"]
-    assert data["chunk"] == 8192
+    from ukv.sim.engine import CHUNK
+
+    assert data["chunk"] == CHUNK == 8192  # plan's default chunk is the simulator's
     assert data["rows"][-1]["length"] == 131072 and data["rows"][-1]["unified"] == 3
     assert data["dtypes"] == {
         "engine": "sglang",
