@@ -111,24 +111,22 @@ def test_plan_text_names_dtypes_for_a_single_kind_model(capsys: Any) -> None:
     assert rows == {1024: 64, 8192: 8, 32768: 2}
 
 
-@pytest.mark.parametrize(
-    "model", ["Kimi-Linear-48B-A3B", "MiniMax-Text-01", "Mamba-Codestral-7B", "Mistral-7B-v0.1"]
-)
+@pytest.mark.parametrize("model", ["Kimi-Linear-48B-A3B", "MiniMax-Text-01", "Mamba-Codestral-7B"])
 def test_simulate_json_on_new_families(model: str, capsys: Any) -> None:
     argv = ["simulate", "--model", str(FIXTURES / model), "--memory", "8GiB", "--trace", "chat",
-            "--requests", "12", "--no-progress", "--engine", "vllm"]  # fmt: skip
+            "--requests", "8", "--no-progress", "--engine", "vllm"]  # fmt: skip
     data = run_json(argv, capsys)
     assert data["dtypes"]["engine"] == "vllm"
-    assert data["layouts"]["unified"]["completed"] == 12
+    assert data["layouts"]["unified"]["completed"] == 8
     assert capsys.readouterr().err == ""  # no progress bar when stderr is not a terminal
 
 
 def test_simulate_drops_requests_beyond_max_position_embeddings(capsys: Any) -> None:
     argv = ["simulate", "--model", str(FIXTURES / "Zamba2-2.7B"), "--memory", "8GiB",
-            "--trace", "chat", "--requests", "40", "--no-progress"]  # fmt: skip
+            "--trace", "chat", "--requests", "11", "--no-progress"]  # fmt: skip
     data = run_json(argv, capsys)
     assert data["dropped_over_max_context"] > 0  # Zamba2 serves 4096 tokens at most
-    assert data["requests"] == 40 - data["dropped_over_max_context"]
+    assert data["requests"] == 11 - data["dropped_over_max_context"]
 
 
 def test_plan_plot(tmp_path: Path, capsys: Any) -> None:
@@ -194,15 +192,18 @@ def test_usage_errors_are_one_line(argv: list[str], capsys: Any) -> None:
 
 
 def test_closed_pipe_is_one_line_exit_2() -> None:
-    # ``ukv plan ... | head -1``: the reader goes away after one line.
+    # ``ukv plan ... | head``: the reader is gone when ukv writes. Closing the read end
+    # before the child starts makes that certain (no race with the pipe's buffer).
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     cmd = [sys.executable, "-m", "ukv", "plan", "--model", "Jamba-1.5-Mini", "--memory", "2GiB",
-           "--max-context", "8192", "--json"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.readline()
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 2
+           "--max-context", "8192"]  # fmt: skip
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
     assert "Traceback" not in err
     assert err.strip() == "ukv plan: error: output closed early (broken pipe)"
