@@ -189,7 +189,7 @@ def _setup(args: argparse.Namespace) -> Setup:
     served, dtypes = apply_engine_dtypes(shape, args.engine, kv=kv, state=state)
     served = served.sharded(tp) if tp != 1 else served
     # What each engine's convention gives this rank (the same unless --*-dtype say otherwise).
-    by_engine = {}
+    by_engine: dict[str, int] = {}
     if served.state is not None:
         for engine in ENGINES:
             other, _ = apply_engine_dtypes(shape, engine, kv=kv, state=state)
