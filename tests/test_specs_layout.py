@@ -232,7 +232,6 @@ _MLA_BAD = [
 
 _MAMBA_BAD = [  # (field, value, what the message must show)
     ("layer_num", 0, "0"),
-    ("conv_shapes", (), "()"),
     ("conv_shapes", None, "None"),
     ("conv_shapes", (4, 3), "(4, 3)"),
     ("conv_shapes", ((4, 0),), "conv_shapes[0]"),

@@ -437,8 +437,9 @@ class MambaSpec(Spec):
     Args:
         name: Sub-pool name.
         layer_num: Mamba layers stored in this sub-pool.
-        conv_shapes: One per-layer shape per conv tensor (at least one), e.g.
-            ``((conv_dim, d_conv - 1),)``. Lists are accepted and stored as tuples.
+        conv_shapes: One per-layer shape per conv tensor, e.g.
+            ``((conv_dim, d_conv - 1),)``; ``()`` for a state with no conv window
+            (lightning attention). Lists are accepted and stored as tuples.
         conv_dtype: Logical dtype of every conv tensor.
         temporal_shape: Per-layer shape of the temporal (SSM) state, e.g.
             ``(num_heads, head_dim, d_state)``.
@@ -472,9 +473,9 @@ class MambaSpec(Spec):
 
     def _normalize_conv_shapes(self) -> None:
         shapes = self.conv_shapes
-        if not isinstance(shapes, (tuple, list)) or len(shapes) == 0:
-            raise self._fail(f"conv_shapes must hold at least one shape, got {shapes!r}")
-        if all(_as_int(dim) is not None for dim in shapes):  # one shape, not a tuple of them
+        if not isinstance(shapes, (tuple, list)):
+            raise self._fail(f"conv_shapes must be a tuple of shapes, got {shapes!r}")
+        if shapes and all(_as_int(dim) is not None for dim in shapes):  # one shape, not a tuple
             raise self._fail(
                 f"conv_shapes must be a tuple of shapes like ((4, 3),), got {shapes!r}"
             )

@@ -20,7 +20,7 @@ from ukv.hybrid.mamba import MambaHybridAllocator
 from ukv.hybrid.request_table import RequestTable
 from ukv.hybrid.swa import SWAHybridAllocator
 from ukv.pool import UnifiedKVPool
-from ukv.specs import MambaSpec, MHASpec, Spec, reserved_floor
+from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, reserved_floor
 
 
 @dataclass(frozen=True)
@@ -187,8 +187,15 @@ def _specs(
             )
         shape = _shape(model, tp_size)
         specs = list(shape.specs())
+        if len(specs) != 2:
+            raise PoolConfigError(
+                f"model {shape.name!r} has one kind of cache ({shape.kind!r}), not a hybrid: "
+                f"build a UnifiedKVPool from its one spec (shape.specs()) instead"
+            )
         full, other = specs[0], specs[1]
-    if not isinstance(full, MHASpec) or not isinstance(other, kind):
+    # An MLA latent (Kimi-Linear) is a full-attention side like any other for a Mamba hybrid.
+    full_kinds = (MHASpec, MLASpec) if kind is MambaSpec else (MHASpec,)
+    if not isinstance(full, full_kinds) or not isinstance(other, kind):
         raise PoolConfigError(
             f"invalid specs ({type(full).__name__}, {type(other).__name__}): need an MHASpec "
             f"and a {kind.__name__} for the {label} side (or model=)"

@@ -16,6 +16,7 @@ from ukv.errors import PoolConfigError
 __all__ = [
     "LAYER_KINDS",
     "LayerKind",
+    "cache_layers",
     "count",
     "every_nth",
     "from_layer_types",
@@ -23,11 +24,13 @@ __all__ = [
     "indices",
 ]
 
-LayerKind = Literal["full", "mamba", "swa", "none"]
-"""Cache kind of one decoder layer: full attention, recurrent state (Mamba1, Mamba2 or
-Gated-DeltaNet), sliding-window attention, or no cache at all (an MLP / MoE-only layer)."""
+LayerKind = Literal["full", "mamba", "swa", "none", "full+mamba"]
+"""Cache kind of one decoder layer: full attention, recurrent state (Mamba1, Mamba2,
+Gated-DeltaNet, lightning, KDA or short conv), sliding-window or chunked attention, no cache
+at all (an MLP / MoE-only layer), or attention and a state mixer side by side in one layer
+(Falcon-H1's parallel layers, Zamba2's hybrid layers): such a layer holds both caches."""
 
-LAYER_KINDS: tuple[LayerKind, ...] = ("full", "mamba", "swa", "none")
+LAYER_KINDS: tuple[LayerKind, ...] = ("full", "mamba", "swa", "none", "full+mamba")
 
 NEMOTRON_PATTERN_KINDS: Mapping[str, LayerKind] = {
     "*": "full",  # self-attention
@@ -134,3 +137,18 @@ def count(kinds: Sequence[LayerKind], kind: LayerKind) -> int:
         ``len(indices(kinds, kind))``.
     """
     return sum(1 for k in kinds if k == kind)
+
+
+def cache_layers(kinds: Sequence[LayerKind], cache: LayerKind) -> int:
+    """Layers that hold one kind of cache: ``"full"`` and ``"mamba"`` also count the
+    ``"full+mamba"`` layers, which hold both.
+
+    Args:
+        kinds: One kind per decoder layer.
+        cache: ``"full"``, ``"mamba"`` or ``"swa"``.
+
+    Returns:
+        The number of layers holding that cache.
+    """
+    both = count(kinds, "full+mamba") if cache in ("full", "mamba") else 0
+    return count(kinds, cache) + both

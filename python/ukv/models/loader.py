@@ -1,4 +1,5 @@
-"""One entry point for ``--model``: a preset name or a local ``config.json``."""
+"""One entry point for ``--model``: a preset name, a local ``config.json``, or a model id
+found in the local Hugging Face cache."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from ukv.errors import PoolConfigError
 from ukv.models.hf_config import from_hf_config
+from ukv.models.hub_cache import find_cached_config, hub_cache_dir
 from ukv.models.presets import find_preset, preset_names
 from ukv.models.shape import ModelShape
 
@@ -18,28 +20,33 @@ def load(model: str | os.PathLike[str]) -> ModelShape:
 
     A path that exists wins (as in transformers' ``from_pretrained``): a ``config.json``
     file, or a directory holding one. Otherwise ``model`` is looked up as a preset name,
-    ignoring case.
+    ignoring case, then as a Hugging Face model id (``ORG/NAME``) in the local hub cache
+    (:mod:`ukv.models.hub_cache`; nothing is downloaded).
 
     Args:
-        model: A preset name (e.g. ``"Qwen3-Next-80B-A3B"``), or a path to ``config.json``
-            or to a model directory.
+        model: A preset name (e.g. ``"Qwen3-Next-80B-A3B"``), a path to ``config.json``
+            or to a model directory, or a cached model id (``"Qwen/Qwen3.5-35B-A3B"``).
 
     Returns:
         The unsharded shape.
 
     Raises:
         PoolConfigError: ``model`` is neither an existing path nor a preset name (the
-            message lists the presets), or the config cannot be read (see
-            :func:`from_hf_config`).
+            message lists the presets and the cache searched), or the config cannot be
+            read (see :func:`from_hf_config`).
     """
     if not isinstance(model, (str, os.PathLike)):
         raise PoolConfigError(f"model must be a preset name or a path, got {model!r}")
     if Path(model).exists():
         return from_hf_config(model)
     shape = find_preset(model) if isinstance(model, str) else None
-    if shape is None:
-        raise PoolConfigError(
-            f"model {str(model)!r} is neither a path to a config.json nor a preset; "
-            f"presets are: {', '.join(preset_names())}"
-        )
-    return shape
+    if shape is not None:
+        return shape
+    cached = find_cached_config(model) if isinstance(model, str) else None
+    if cached is not None:
+        return from_hf_config(cached, name=str(model).strip().rsplit("/", 1)[-1])
+    raise PoolConfigError(
+        f"model {str(model)!r} is neither a path to a config.json, a preset, nor a model id "
+        f"in the Hugging Face cache {str(hub_cache_dir())!r}; presets are: "
+        f"{', '.join(preset_names())}"
+    )

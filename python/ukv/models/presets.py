@@ -29,7 +29,7 @@ def _qwen3_next_80b_a3b() -> ModelShape:
     return ModelShape(
         name="Qwen3-Next-80B-A3B",
         architecture="qwen3_next",
-        full=AttentionShape(num_layers=12, num_kv_heads=2, head_dim=256),
+        full=AttentionShape(num_layers=12, num_kv_heads=2, head_dim=256, num_q_heads=16),
         state=StateShape(
             num_layers=36,
             mixer=GatedDeltaNetMixer(
@@ -37,6 +37,7 @@ def _qwen3_next_80b_a3b() -> ModelShape:
             ),
         ),
         layer_kinds=layers.every_nth(48, period=4, offset=3, hit="full", other="mamba"),
+        max_position_embeddings=262144,
     )
 
 
@@ -46,12 +47,13 @@ def _nemotron_nano_9b_v2() -> ModelShape:
     return ModelShape(
         name="Nemotron-Nano-9B-v2",
         architecture="nemotron_h",
-        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=128),
+        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=128, num_q_heads=40),
         state=StateShape(
             num_layers=27,
             mixer=Mamba2Mixer(num_heads=128, head_dim=80, num_groups=8, d_state=128, d_conv=4),
         ),
         layer_kinds=layers.from_nemotron_pattern(_NEMOTRON_NANO_9B_V2_PATTERN),
+        max_position_embeddings=131072,
     )
 
 
@@ -62,9 +64,10 @@ def _jamba_1_5_mini() -> ModelShape:
     return ModelShape(
         name="Jamba-1.5-Mini",
         architecture="jamba",
-        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=128),
+        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=128, num_q_heads=32),
         state=StateShape(num_layers=28, mixer=Mamba1Mixer(d_inner=8192, d_state=16, d_conv=4)),
         layer_kinds=layers.every_nth(32, period=8, offset=4, hit="full", other="mamba"),
+        max_position_embeddings=262144,
     )
 
 
@@ -75,12 +78,13 @@ def _granite_4_0_h_micro() -> ModelShape:
     return ModelShape(
         name="Granite-4.0-H-Micro",
         architecture="granitemoehybrid",
-        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=64),
+        full=AttentionShape(num_layers=4, num_kv_heads=8, head_dim=64, num_q_heads=32),
         state=StateShape(
             num_layers=36,
             mixer=Mamba2Mixer(num_heads=64, head_dim=64, num_groups=1, d_state=128, d_conv=4),
         ),
         layer_kinds=layers.every_nth(40, period=10, offset=5, hit="full", other="mamba"),
+        max_position_embeddings=131072,
     )
 
 
@@ -90,9 +94,10 @@ def _gpt_oss_120b() -> ModelShape:
     return ModelShape(
         name="gpt-oss-120b",
         architecture="gpt_oss",
-        full=AttentionShape(num_layers=18, num_kv_heads=8, head_dim=64),
-        swa=AttentionShape(num_layers=18, num_kv_heads=8, head_dim=64, window=128),
+        full=AttentionShape(num_layers=18, num_kv_heads=8, head_dim=64, num_q_heads=64),
+        swa=AttentionShape(num_layers=18, num_kv_heads=8, head_dim=64, window=128, num_q_heads=64),
         layer_kinds=layers.every_nth(36, period=2, offset=1, hit="full", other="swa"),
+        max_position_embeddings=131072,
     )
 
 
@@ -102,9 +107,12 @@ def _gemma_3_27b() -> ModelShape:
     return ModelShape(
         name="Gemma-3-27B",
         architecture="gemma3",
-        full=AttentionShape(num_layers=10, num_kv_heads=16, head_dim=128),
-        swa=AttentionShape(num_layers=52, num_kv_heads=16, head_dim=128, window=1024),
+        full=AttentionShape(num_layers=10, num_kv_heads=16, head_dim=128, num_q_heads=32),
+        swa=AttentionShape(
+            num_layers=52, num_kv_heads=16, head_dim=128, window=1024, num_q_heads=32
+        ),
         layer_kinds=layers.every_nth(62, period=6, offset=5, hit="full", other="swa"),
+        max_position_embeddings=131072,
     )
 
 

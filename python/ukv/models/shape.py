@@ -1,7 +1,10 @@
-"""The cache shape of a hybrid model: what a pool needs to know about it, nothing else.
+"""The cache shape of a model: what a pool needs to know about it, nothing else.
 
 A :class:`ModelShape` is full attention plus one other kind of cache: recurrent state
-("mamba": Mamba1, Mamba2 or Gated-DeltaNet layers) or sliding-window attention ("swa").
+("mamba": Mamba1, Mamba2, Gated-DeltaNet, lightning, KDA or short-conv layers) or
+sliding-window / chunked attention ("swa"); or a single kind of cache: full attention only
+("full", e.g. Llama), recurrent state only ("state", e.g. Mamba-2), or sliding-window
+attention only ("sliding", e.g. Mistral-7B-v0.1). A single-kind model has one sub-pool.
 It answers the byte questions a serving engine asks (KV bytes per token, state bytes per
 request, SWA bytes per token and per request), shards itself for tensor parallelism, and
 builds the two :mod:`ukv.specs` a :class:`ukv.UnifiedKVPool` is made of: the full side
@@ -19,15 +22,19 @@ import torch
 
 from ukv.errors import ArgumentError, PoolConfigError
 from ukv.models import layers
-from ukv.models.attention import AttentionShape
+from ukv.models.attention import AttentionShape, check_dtype, check_positive
 from ukv.models.layers import LAYER_KINDS, LayerKind
 from ukv.models.sharding import check_tp
 from ukv.models.state import StateShape
-from ukv.specs import GrowDirection, MambaSpec, MHASpec
+from ukv.specs import GrowDirection, MambaSpec, MHASpec, MLASpec
 
 __all__ = ["FULL_GROW", "OTHER_GROW", "ModelKind", "ModelShape"]
 
-ModelKind = Literal["mamba", "swa"]
+ModelKind = Literal["mamba", "swa", "full", "state", "sliding"]
+HYBRID_KINDS: tuple[ModelKind, ...] = ("mamba", "swa")
+"""Kinds with two sub-pools (full attention plus state or sliding window)."""
+SINGLE_KINDS: tuple[ModelKind, ...] = ("full", "state", "sliding")
+"""Kinds with one kind of cache (one sub-pool)."""
 
 FULL_GROW: GrowDirection = "up"
 """Growth direction of the full-attention sub-pool built by :meth:`ModelShape.specs`."""
@@ -43,14 +50,22 @@ class ModelShape:
     Args:
         name: Model name (a preset name, or what the config was read from).
         architecture: Hugging Face ``model_type`` (e.g. ``"qwen3_next"``).
-        full: The full-attention layers (``window`` must be None).
-        state: The recurrent-state layers of a "mamba" model; None for an SWA model.
-        swa: The sliding-window layers of an "swa" model (``window`` set); None for a
-            mamba model.
+        full: The full-attention layers (``window`` must be None); None for a model
+            without any ("state" or "sliding").
+        state: The recurrent-state layers; None for a model without any.
+        swa: The sliding-window (or chunked) layers (``window`` set); None for a model
+            without any. At most one of ``state`` and ``swa`` is set, and at least one of
+            the three groups.
         layer_kinds: One :data:`~ukv.models.layers.LayerKind` per decoder layer, where the
             config gives the pattern; its counts must match the layer groups.
         tp_size: Tensor-parallel ranks this shape was divided over (1: unsharded).
         tp_rank: The rank this shape describes, in ``[0, tp_size)``.
+        max_position_embeddings: The longest request the model serves (the config's
+            ``max_position_embeddings``); None when unknown.
+        model_dtype: The serving dtype (the dtype engines run the weights in, which
+            the default cache dtypes follow).
+        config_ssm_dtype: SSM-state dtype the config itself names
+            (``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype``); None when it names none.
 
     Raises:
         PoolConfigError: A field is invalid or the groups disagree with ``layer_kinds``;
@@ -59,12 +74,15 @@ class ModelShape:
 
     name: str
     architecture: str
-    full: AttentionShape
+    full: AttentionShape | None
     state: StateShape | None = None
     swa: AttentionShape | None = None
     layer_kinds: tuple[LayerKind, ...] | None = None
     tp_size: int = 1
     tp_rank: int = 0
+    max_position_embeddings: int | None = None
+    model_dtype: torch.dtype = torch.bfloat16
+    config_ssm_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         for field in ("name", "architecture"):
@@ -73,21 +91,34 @@ class ModelShape:
                 raise PoolConfigError(f"model {field} must be a non-empty str, got {value!r}")
         self._check_groups()
         self._check_layer_kinds()
+        if self.max_position_embeddings is not None:
+            object.__setattr__(
+                self,
+                "max_position_embeddings",
+                check_positive("model", "max_position_embeddings", self.max_position_embeddings),
+            )
+        check_dtype("model", "model_dtype", self.model_dtype)
+        if self.config_ssm_dtype is not None:
+            check_dtype("model", "config_ssm_dtype", self.config_ssm_dtype)
         size, rank = check_tp(self.tp_size, self.tp_rank)
         object.__setattr__(self, "tp_size", size)
         object.__setattr__(self, "tp_rank", rank)
 
     def _check_groups(self) -> None:
-        if not isinstance(self.full, AttentionShape) or self.full.window is not None:
+        if self.full is not None and (
+            not isinstance(self.full, AttentionShape) or self.full.window is not None
+        ):
             raise PoolConfigError(
                 f"model {self.name!r}: full must be an AttentionShape without a window, "
                 f"got {self.full!r}"
             )
-        if (self.state is None) == (self.swa is None):
+        if self.state is not None and self.swa is not None:
             raise PoolConfigError(
-                f"model {self.name!r}: exactly one of state and swa must be set, got "
+                f"model {self.name!r}: at most one of state and swa can be set, got "
                 f"state={self.state!r}, swa={self.swa!r}"
             )
+        if self.full is None and self.state is None and self.swa is None:
+            raise PoolConfigError(f"model {self.name!r} has no cache: full, state and swa are None")
         if self.state is not None and not isinstance(self.state, StateShape):
             raise PoolConfigError(
                 f"model {self.name!r}: state must be a StateShape, got {self.state!r}"
@@ -110,13 +141,13 @@ class ModelShape:
                 f"got {self.layer_kinds!r}"
             )
         object.__setattr__(self, "layer_kinds", kinds)
-        expected = {"full": self.full.num_layers, "mamba": 0, "swa": 0}
-        if self.state is not None:
-            expected["mamba"] = self.state.num_layers
-        if self.swa is not None:
-            expected["swa"] = self.swa.num_layers
+        expected = {
+            "full": 0 if self.full is None else self.full.num_layers,
+            "mamba": 0 if self.state is None else self.state.num_layers,
+            "swa": 0 if self.swa is None else self.swa.num_layers,
+        }
         for kind, num in expected.items():
-            found = layers.count(kinds, kind)  # type: ignore[arg-type]
+            found = layers.cache_layers(kinds, kind)  # type: ignore[arg-type]
             if found != num:
                 raise PoolConfigError(
                     f"model {self.name!r}: layer_kinds has {found} {kind!r} layers, "
@@ -127,13 +158,26 @@ class ModelShape:
 
     @property
     def kind(self) -> ModelKind:
-        """``"mamba"`` (full attention + recurrent state) or ``"swa"`` (full + sliding)."""
-        return "mamba" if self.state is not None else "swa"
+        """``"mamba"`` (full attention + recurrent state), ``"swa"`` (full + sliding or
+        chunked), or a single kind: ``"full"``, ``"state"`` or ``"sliding"``."""
+        if self.full is None:
+            return "state" if self.state is not None else "sliding"
+        if self.state is not None:
+            return "mamba"
+        return "swa" if self.swa is not None else "full"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the model has two kinds of cache (two sub-pools)."""
+        return self.kind in HYBRID_KINDS
 
     @property
     def other_name(self) -> str:
-        """Default sub-pool name of the non-full side: ``"mamba"`` or ``"swa"``."""
-        return self.kind
+        """Default sub-pool name of the non-full side: ``"mamba"`` or ``"swa"`` (single-kind
+        models: the name of their one sub-pool)."""
+        return {"mamba": "mamba", "swa": "swa", "full": "full", "state": "mamba"}.get(
+            self.kind, "swa"
+        )
 
     def layer_ids(self, kind: LayerKind) -> tuple[int, ...]:
         """Decoder-layer indices of one kind (e.g. an engine's full-attention layer ids).
@@ -159,9 +203,10 @@ class ModelShape:
         """Full-attention KV bytes of one token across all full layers (K and V).
 
         Returns:
-            ``layers * kv_heads * (head_dim + v_head_dim) * itemsize`` of :attr:`full`.
+            ``layers * kv_heads * (head_dim + v_head_dim) * itemsize`` of :attr:`full`
+            (MLA: the latent row); 0 for a model without full attention.
         """
-        return self.full.bytes_per_token()
+        return 0 if self.full is None else self.full.bytes_per_token()
 
     def state_bytes_per_request(self) -> int:
         """Recurrent-state bytes of one request across all state layers.
@@ -210,29 +255,31 @@ class ModelShape:
             num_tokens: The request's length (``>= 0``).
 
         Returns:
-            ``num_tokens * kv_bytes_per_token()`` plus the state bytes (mamba) or
-            ``swa_bytes_per_request(num_tokens)`` (swa).
+            ``num_tokens * kv_bytes_per_token()`` plus the state bytes (if any) and
+            ``swa_bytes_per_request(num_tokens)`` (if any sliding layers).
 
         Raises:
             ArgumentError: ``num_tokens`` is negative or not an int.
         """
         tokens = _tokens(num_tokens)
-        other = (
-            self.state_bytes_per_request()
-            if self.kind == "mamba"
-            else self.swa_bytes_per_request(tokens)
-        )
+        other = 0
+        if self.state is not None:
+            other = self.state_bytes_per_request()
+        elif self.swa is not None:
+            other = self.swa_bytes_per_request(tokens)
         return tokens * self.kv_bytes_per_token() + other
 
     def _state(self) -> StateShape:
         if self.state is None:
-            raise ArgumentError(f"model {self.name!r} is an SWA model: it has no recurrent state")
+            raise ArgumentError(
+                f"model {self.name!r} is a {self.kind!r} model: it has no recurrent state"
+            )
         return self.state
 
     def _swa(self) -> AttentionShape:
         if self.swa is None:
             raise ArgumentError(
-                f"model {self.name!r} is a mamba model: it has no sliding-window layers"
+                f"model {self.name!r} is a {self.kind!r} model: it has no sliding-window layers"
             )
         return self.swa
 
@@ -264,7 +311,7 @@ class ModelShape:
             )
         return dataclasses.replace(
             self,
-            full=self.full.sharded(size),
+            full=None if self.full is None else self.full.sharded(size),
             state=None if self.state is None else self.state.sharded(size),
             swa=None if self.swa is None else self.swa.sharded(size),
             tp_size=size,
@@ -289,12 +336,18 @@ class ModelShape:
             A new shape.
 
         Raises:
-            ArgumentError: ``conv`` or ``temporal`` given for an SWA model.
+            ArgumentError: ``conv`` or ``temporal`` given for a model without state.
             PoolConfigError: A dtype is not supported.
         """
         if self.state is None and (conv is not None or temporal is not None):
-            raise ArgumentError(f"model {self.name!r} is an SWA model: it has no state dtypes")
-        full = self.full if kv is None else dataclasses.replace(self.full, dtype=kv)
+            raise ArgumentError(
+                f"model {self.name!r} is a {self.kind!r} model: it has no state dtypes"
+            )
+        full = (
+            self.full
+            if (kv is None or self.full is None)
+            else dataclasses.replace(self.full, dtype=kv)
+        )
         swa = (
             self.swa
             if (kv is None or self.swa is None)
@@ -309,26 +362,37 @@ class ModelShape:
             )
         return dataclasses.replace(self, full=full, swa=swa, state=state)
 
-    def specs(self, names: tuple[str, str] | None = None) -> tuple[MHASpec, MHASpec | MambaSpec]:
-        """The two pool specs of this model: full attention grows up, the other side down.
+    def specs(
+        self, names: tuple[str, str] | None = None
+    ) -> tuple[MHASpec | MLASpec | MambaSpec, ...]:
+        """The pool specs of this model: full attention grows up, the other side down.
 
         Args:
             names: ``(full_name, other_name)``; default ``("full", "mamba")`` or
-                ``("full", "swa")``.
+                ``("full", "swa")``. A single-kind model uses the name of its kind's
+                side (``full_name`` for "full", ``other_name`` otherwise).
 
         Returns:
-            ``(MHASpec, MambaSpec)`` for a mamba model, ``(MHASpec, MHASpec)`` for an SWA
-            model; their ``entry_bytes`` equal :meth:`kv_bytes_per_token` and
+            ``(MHASpec, MambaSpec)`` for a mamba model (``MLASpec`` first for MLA),
+            ``(MHASpec, MHASpec)`` for an SWA model, one spec for a single-kind model;
+            their ``entry_bytes`` equal :meth:`kv_bytes_per_token` and
             :meth:`state_bytes_per_request` / :meth:`swa_bytes_per_token`.
 
         Raises:
             PoolConfigError: ``names`` is not two distinct non-empty strings.
         """
+        default = names is None
         full_name, other_name = self._spec_names(names)
-        full = self.full.spec(full_name, FULL_GROW)
+        other: MHASpec | MLASpec | MambaSpec | None = None
         if self.state is not None:
-            return full, self.state.spec(other_name, OTHER_GROW)
-        return full, self._swa().spec(other_name, OTHER_GROW)
+            other = self.state.spec(other_name, OTHER_GROW)
+        elif self.swa is not None:
+            other = self.swa.spec(other_name if not default else "swa", OTHER_GROW)
+        if self.full is None:
+            assert other is not None  # checked at construction
+            return (other,)
+        full = self.full.spec(full_name, FULL_GROW)
+        return (full,) if other is None else (full, other)
 
     def _spec_names(self, names: tuple[str, str] | None) -> tuple[str, str]:
         if names is None:

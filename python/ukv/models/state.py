@@ -24,6 +24,21 @@ and :class:`ukv.MambaSpec` only multiplies them, so the orientation changes no b
   - conv ``(2*Hk*dk + Hv*dv, k - 1)``
   - temporal ``(Hv, dk, dv)`` (SGLang stores the last two transposed; same bytes)
 
+* **Lightning attention** (MiniMax-Text-01): no conv; a ``dk x dk`` state per head.
+
+  - temporal ``(heads, head_dim, head_dim)``
+
+* **Kimi Delta Attention** (Kimi-Linear): the conv sees q, k and v (``heads*head_dim``
+  each; SGLang keeps three tensors, vLLM one of the summed width: same bytes); a
+  ``head_dim x head_dim`` state per head, always fp32.
+
+  - conv ``(3*heads*head_dim, k - 1)``
+  - temporal ``(heads, head_dim, head_dim)``
+
+* **Short convolution** (LFM2): the conv window is the whole state.
+
+  - conv ``(channels, L_cache - 1)``, no temporal state
+
 Per request: ``num_layers * (prod(conv) * conv_itemsize + prod(temporal) * temporal_itemsize)``,
 which is exactly :attr:`ukv.MambaSpec.entry_bytes` of the spec :meth:`StateShape.spec`
 builds. Conv state is kept in the model dtype and the SSM state in fp32 by default (engines
@@ -46,14 +61,17 @@ from ukv.specs import GrowDirection, MambaSpec, store_dtype_for
 
 __all__ = [
     "GatedDeltaNetMixer",
+    "KDAMixer",
+    "LightningMixer",
     "Mamba1Mixer",
     "Mamba2Mixer",
     "Mixer",
     "MixerKind",
+    "ShortConvMixer",
     "StateShape",
 ]
 
-MixerKind = Literal["mamba1", "mamba2", "gated_deltanet"]
+MixerKind = Literal["mamba1", "mamba2", "gated_deltanet", "lightning", "kda", "short_conv"]
 
 
 def _validate_positive(obj: object, owner: str) -> None:
@@ -219,7 +237,146 @@ class GatedDeltaNetMixer:
         )
 
 
-Mixer = Mamba1Mixer | Mamba2Mixer | GatedDeltaNetMixer
+@dataclass(frozen=True)
+class LightningMixer:
+    """Lightning (linear) attention layer, as in MiniMax-Text-01: no conv state.
+
+    Args:
+        num_heads: Heads (``num_attention_heads``; per rank when sharded).
+        head_dim: Head dimension.
+
+    Raises:
+        PoolConfigError: A field is not a positive int.
+    """
+
+    kind: ClassVar[MixerKind] = "lightning"
+
+    num_heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        _validate_positive(self, "lightning")
+
+    @property
+    def conv_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """``()``: lightning attention keeps no conv window."""
+        return ()
+
+    @property
+    def temporal_shape(self) -> tuple[int, ...] | None:
+        """``(num_heads, head_dim, head_dim)``."""
+        return (self.num_heads, self.head_dim, self.head_dim)
+
+    def sharded(self, tp_size: int) -> LightningMixer:
+        """One rank's share: heads split evenly.
+
+        Raises:
+            PoolConfigError: ``tp_size`` does not divide ``num_heads``.
+        """
+        return dataclasses.replace(
+            self, num_heads=shard_evenly(self.num_heads, tp_size, "lightning num_heads")
+        )
+
+
+@dataclass(frozen=True)
+class KDAMixer:
+    """Kimi Delta Attention layer, as in Kimi-Linear.
+
+    Args:
+        num_heads: Heads (``linear_attn_config.num_heads``; per rank when sharded).
+        head_dim: Head dimension (q, k and v alike).
+        conv_kernel: Short-convolution width (``short_conv_kernel_size``).
+
+    Raises:
+        PoolConfigError: A field is not a positive int.
+    """
+
+    kind: ClassVar[MixerKind] = "kda"
+
+    num_heads: int
+    head_dim: int
+    conv_kernel: int
+
+    def __post_init__(self) -> None:
+        _validate_positive(self, "kda")
+
+    @property
+    def conv_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """``((3 * num_heads * head_dim, conv_kernel - 1),)`` (q, k and v together)."""
+        return ((3 * self.num_heads * self.head_dim, self.conv_kernel - 1),)
+
+    @property
+    def temporal_shape(self) -> tuple[int, ...] | None:
+        """``(num_heads, head_dim, head_dim)``."""
+        return (self.num_heads, self.head_dim, self.head_dim)
+
+    def sharded(self, tp_size: int) -> KDAMixer:
+        """One rank's share: heads split evenly.
+
+        Raises:
+            PoolConfigError: ``tp_size`` does not divide ``num_heads``.
+        """
+        return dataclasses.replace(
+            self, num_heads=shard_evenly(self.num_heads, tp_size, "kda num_heads")
+        )
+
+
+@dataclass(frozen=True)
+class ShortConvMixer:
+    """Gated short-convolution layer, as in LFM2: the conv window is the whole state.
+
+    Args:
+        channels: Conv channels (``hidden_size``; per rank when sharded).
+        conv_kernel: Window (``conv_L_cache``); ``conv_kernel - 1`` past inputs are kept.
+
+    Raises:
+        PoolConfigError: A field is not a positive int, or ``conv_kernel`` is 1 (nothing
+            would be kept).
+    """
+
+    kind: ClassVar[MixerKind] = "short_conv"
+
+    channels: int
+    conv_kernel: int
+
+    def __post_init__(self) -> None:
+        _validate_positive(self, "short_conv")
+        if self.conv_kernel < 2:
+            raise PoolConfigError(
+                f"short_conv conv_kernel must be >= 2 (it keeps conv_kernel - 1 inputs), "
+                f"got {self.conv_kernel}"
+            )
+
+    @property
+    def conv_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """``((channels, conv_kernel - 1),)``."""
+        return ((self.channels, self.conv_kernel - 1),)
+
+    @property
+    def temporal_shape(self) -> tuple[int, ...] | None:
+        """None: a short convolution has no recurrent state."""
+        return None
+
+    def sharded(self, tp_size: int) -> ShortConvMixer:
+        """One rank's share: channels split evenly.
+
+        Raises:
+            PoolConfigError: ``tp_size`` does not divide ``channels``.
+        """
+        return dataclasses.replace(
+            self, channels=shard_evenly(self.channels, tp_size, "short_conv channels")
+        )
+
+
+Mixer = Mamba1Mixer | Mamba2Mixer | GatedDeltaNetMixer | LightningMixer | KDAMixer | ShortConvMixer
+MIXER_TYPES = (
+    Mamba1Mixer,
+    Mamba2Mixer,
+    GatedDeltaNetMixer,
+    LightningMixer,
+    KDAMixer,
+    ShortConvMixer,
+)
 
 
 @dataclass(frozen=True)
@@ -246,11 +403,9 @@ class StateShape:
         object.__setattr__(
             self, "num_layers", check_positive("state", "num_layers", self.num_layers)
         )
-        if not isinstance(self.mixer, (Mamba1Mixer, Mamba2Mixer, GatedDeltaNetMixer)):
-            raise PoolConfigError(
-                f"state mixer must be a Mamba1Mixer, Mamba2Mixer or GatedDeltaNetMixer, "
-                f"got {self.mixer!r}"
-            )
+        if not isinstance(self.mixer, MIXER_TYPES):
+            names = ", ".join(t.__name__ for t in MIXER_TYPES)
+            raise PoolConfigError(f"state mixer must be one of {names}, got {self.mixer!r}")
         check_dtype("state", "conv_dtype", self.conv_dtype)
         check_dtype("state", "temporal_dtype", self.temporal_dtype)
 
@@ -260,20 +415,22 @@ class StateShape:
         return self.mixer.conv_shapes
 
     @property
-    def temporal_shape(self) -> tuple[int, ...]:
-        """Per-layer shape of the temporal (SSM) state."""
+    def temporal_shape(self) -> tuple[int, ...] | None:
+        """Per-layer shape of the temporal (SSM) state; None for a short convolution."""
         return self.mixer.temporal_shape
 
     def bytes_per_layer(self) -> int:
         """Bytes of one request's state in one layer.
 
         Returns:
-            ``sum(prod(conv) * conv_itemsize) + prod(temporal) * temporal_itemsize``.
+            ``sum(prod(conv) * conv_itemsize) + prod(temporal) * temporal_itemsize`` (no
+            temporal term for a short convolution).
         """
         conv_item = store_dtype_for(self.conv_dtype).itemsize
         temporal_item = store_dtype_for(self.temporal_dtype).itemsize
         conv = sum(math.prod(shape) for shape in self.conv_shapes) * conv_item
-        return conv + math.prod(self.temporal_shape) * temporal_item
+        temporal = self.temporal_shape
+        return conv + (0 if temporal is None else math.prod(temporal) * temporal_item)
 
     def bytes_per_request(self) -> int:
         """Bytes of one request's state across all state layers.
@@ -300,16 +457,23 @@ class StateShape:
 
         Returns:
             A :class:`ukv.MambaSpec` whose ``entry_bytes`` equals :meth:`bytes_per_request`.
+            Lightning attention has no conv tensor (``conv_shapes=()``); a short
+            convolution's single conv window is the spec's one state tensor (given as
+            ``temporal_shape`` in ``conv_dtype``, with ``conv_shapes=()``).
 
         Raises:
             PoolConfigError: ``name`` or ``grow`` is invalid, or the layout is misaligned.
         """
+        conv_shapes, conv_dtype = self.conv_shapes, self.conv_dtype
+        temporal, temporal_dtype = self.temporal_shape, self.temporal_dtype
+        if temporal is None:  # short convolution: the conv window is the whole state
+            (temporal,), temporal_dtype, conv_shapes = conv_shapes, conv_dtype, ()
         return MambaSpec(
             name=name,
             layer_num=self.num_layers,
-            conv_shapes=self.conv_shapes,
-            conv_dtype=self.conv_dtype,
-            temporal_shape=self.temporal_shape,
-            temporal_dtype=self.temporal_dtype,
+            conv_shapes=conv_shapes,
+            conv_dtype=conv_dtype,
+            temporal_shape=temporal,
+            temporal_dtype=temporal_dtype,
             grow=grow,
         )

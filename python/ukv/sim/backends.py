@@ -217,6 +217,7 @@ class PaddedBackend(Backend):
             self.full_groups, self.other_groups = 1, 0
         else:
             full, swa = shape.full, shape._swa()
+            assert full is not None, f"{shape.name}: a hybrid without full attention"
             self.window = _window(shape)
             g = min(full.num_layers, swa.num_layers)
             per_layer = max(kv // full.num_layers, shape.swa_bytes_per_token() // swa.num_layers)

@@ -1,0 +1,134 @@
+"""A model with one kind of cache (full attention only, state only, or sliding window only):
+one pool, so the unified pool, SGLang's split and vLLM's padded pool are the same layout.
+
+:class:`SingleKindBackend` counts that one pool (pages of ``page_size`` tokens, or one slot
+per request for a pure state model); :func:`compare_single` serves a trace on it and
+returns a :class:`~ukv.sim.baselines.Comparison` with the one layout, labelled
+``"unified"`` (ratios: none, there is nothing to compare against).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ukv.errors import PoolConfigError
+from ukv.models import ModelShape
+from ukv.sim import metrics
+from ukv.sim.backends import Backend, pages, swa_pages
+from ukv.sim.baselines import Comparison
+from ukv.sim.engine import simulate
+from ukv.sim.traces import Trace
+
+__all__ = ["SingleKindBackend", "compare_single"]
+
+
+class SingleKindBackend(Backend):
+    """One pool of one cache kind, counted with integer arithmetic.
+
+    * ``"full"``: a request holds ``pages(tokens)`` pages of ``kv_bytes_per_token * P``.
+    * ``"sliding"``: a request holds ``min(pages(tokens), pages(window) + 1)`` pages; a
+      prefill chunk takes its pages first, then the pages before the window are freed.
+    * ``"state"``: a request holds one state slot; tokens cost nothing.
+
+    Args:
+        shape: A single-kind model (one rank).
+        total_bytes: Pool bytes.
+        page_size: Tokens per page.
+        name: Label.
+
+    Raises:
+        PoolConfigError: ``shape`` is a hybrid (use the hybrid backends).
+    """
+
+    def __init__(
+        self, shape: ModelShape, total_bytes: int, page_size: int, name: str = "unified"
+    ) -> None:
+        if shape.is_hybrid:
+            raise PoolConfigError(
+                f"model {shape.name!r} is a {shape.kind!r} hybrid, not a single-kind model"
+            )
+        self.name, self.total_bytes, self.kind, self.P = (
+            name,
+            int(total_bytes),
+            shape.kind,
+            page_size,
+        )
+        if self.kind == "state":
+            self.unit = shape.state_bytes_per_request()
+        elif self.kind == "full":
+            self.unit = shape.kv_bytes_per_token() * page_size
+        else:
+            swa = shape._swa()
+            assert swa.window is not None
+            self.window = int(swa.window)
+            self.unit = shape.swa_bytes_per_token() * page_size
+        self.cap = self.total_bytes // self.unit
+        self.used = 0
+        self.states = 0
+
+    def _held(self, tokens: np.ndarray | int) -> np.ndarray:
+        if self.kind == "full":
+            return np.asarray(pages(tokens, self.P))
+        return swa_pages(np.asarray(tokens), self.P, self.window)
+
+    def admit(self, r: int) -> bool:
+        if self.kind != "state":
+            return True
+        if self.used + 1 > self.cap:
+            return False
+        self.used += 1
+        self.states += 1
+        return True
+
+    def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        if self.kind == "state":
+            return True
+        before = self._held(old)
+        peak = before + pages(new, self.P) - pages(old, self.P)
+        if self.used + int((peak - before).sum()) > self.cap:
+            return False
+        after = self._held(new)
+        self.used += int((after - before).sum())
+        self.bytes_freed += int((peak - after).sum()) * self.unit
+        return True
+
+    def release(self, rids: np.ndarray, held: np.ndarray) -> None:
+        n = int(rids.size) if self.kind == "state" else int(self._held(held).sum())
+        self.states -= int(rids.size) if self.kind == "state" else 0
+        self.used -= n
+        self.bytes_freed += n * self.unit
+
+    def fits(self, states: int, tokens: int) -> bool:
+        if self.kind == "state":
+            return self.used + states <= self.cap
+        if self.kind == "full":
+            return self.used + int(pages(tokens, self.P)) <= self.cap
+        window = states * (int(pages(self.window, self.P)) + 1)
+        return self.used + min(window, int(pages(tokens, self.P)) + states) <= self.cap
+
+    def fits_alone(self, tokens: int) -> bool:
+        if self.kind == "state":
+            return self.cap >= 1
+        return int(self._held(int(tokens))) <= self.cap
+
+    def usage(self) -> tuple[int, int]:
+        if self.kind == "full":
+            return self.used * self.unit, 0
+        return 0, self.used * self.unit
+
+
+def compare_single(
+    shape: ModelShape,
+    total_bytes: int,
+    trace: Trace,
+    *,
+    page_size: int = 16,
+    progress: bool = False,
+) -> Comparison:
+    """Serve ``trace`` on the one pool of a single-kind model.
+
+    Returns:
+        A comparison with one layout, ``"unified"``, and no ratios.
+    """
+    run = simulate(trace, SingleKindBackend(shape, total_bytes, page_size), progress=progress)
+    return Comparison({"unified": metrics.summarize(run, trace)}, {"unified": run}, 0.0, [])
