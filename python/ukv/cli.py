@@ -257,7 +257,7 @@ def plan_data(args: argparse.Namespace) -> dict:
     hint = "; pass a shorter --max-context (default: the model's max_position_embeddings)"
     if shape.is_hybrid:
         try:
-            uni = UnifiedBackend(shape, s.total, s.page_size, ctx)
+            uni = UnifiedBackend(shape, s.total, s.page_size, ctx, chunk=chunk)
         except PoolConfigError as e:
             raise PoolConfigError(f"{e}{hint}") from e
         layouts: dict[str, Any] = {

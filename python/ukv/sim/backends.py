@@ -307,6 +307,9 @@ class UnifiedBackend(Backend):
         page_size: Tokens per KV page.
         max_context_len: Longest request (the factory's boot check).
         name: Label.
+        chunk: The prefill chunk (SWA models: an extend binds its tokens on the SWA side
+            too, so the boot check sizes for one chunk, not one whole prompt); None:
+            unchunked.
 
     Raises:
         PoolConfigError: one request of ``max_context_len`` tokens (and its state or
@@ -320,6 +323,7 @@ class UnifiedBackend(Backend):
         page_size: int,
         max_context_len: int,
         name: str = "unified",
+        chunk: int | None = None,
     ) -> None:
         import ukv
 
@@ -329,14 +333,17 @@ class UnifiedBackend(Backend):
             shape.kind,
             page_size,
         )
-        build = ukv.build_mamba_hybrid if self.kind == "mamba" else ukv.build_swa_hybrid
-        hp = build(
+        sizes: dict[str, Any] = dict(
             model=shape,
             total_bytes=self.total_bytes,
             max_context_len=max_context_len,
             page_size=page_size,
             device="meta",
         )
+        if self.kind == "mamba":
+            hp = ukv.build_mamba_hybrid(**sizes)
+        else:
+            hp = ukv.build_swa_hybrid(**sizes, max_extend_tokens=chunk)
         self.pool, self.alloc = hp.pool, hp.allocator
         if self.kind == "mamba":
             self.full, self.other = hp.allocator, hp.allocator.mamba_slots

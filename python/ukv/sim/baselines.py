@@ -18,7 +18,7 @@ import numpy as np
 from ukv.models import ModelShape
 from ukv.sim import metrics
 from ukv.sim.backends import PaddedBackend, SplitBackend, UnifiedBackend, sglang_default_share
-from ukv.sim.engine import Run, simulate
+from ukv.sim.engine import CHUNK, Run, simulate
 from ukv.sim.traces import Trace
 
 SWEEP = tuple(round(0.05 * i, 2) for i in range(1, 20))
@@ -78,7 +78,7 @@ def compare(
     ctx = int((trace.prompt_len + trace.output_len).max())
     runs: dict[str, Run] = {}
     runs["unified"] = simulate(
-        trace, UnifiedBackend(shape, total_bytes, page_size, ctx), progress=progress
+        trace, UnifiedBackend(shape, total_bytes, page_size, ctx, chunk=CHUNK), progress=progress
     )
     default = sglang_default_share(shape)
     runs["sglang-default"] = _split(

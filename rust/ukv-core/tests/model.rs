@@ -217,7 +217,8 @@ struct MPool {
     /// Reusable free pages inside the band, in the order alloc takes them.
     holes: Vec<i64>,
     pending: Vec<(u64, Vec<i64>)>,
-    write: Option<(u64, Vec<i64>)>,
+    /// Write sets of the unretired forwards, by token (their union blocks a flush).
+    writes: Vec<(u64, Vec<i64>)>,
     group: Option<Vec<i64>>,
     moved: u64,
     compactions: u64,
@@ -241,7 +242,7 @@ impl MPool {
         };
         self.holes.clear();
         self.pending.clear();
-        self.write = None;
+        self.writes.clear();
         self.group = None;
     }
 
@@ -440,7 +441,7 @@ impl Model {
                     free_ids: VecDeque::new(),
                     holes: Vec::new(),
                     pending: Vec::new(),
-                    write: None,
+                    writes: Vec::new(),
                     group: None,
                     moved: 0,
                     compactions: 0,
@@ -733,7 +734,7 @@ impl Model {
                     pred.waits.push(tok);
                 }
             }
-            p.write = None;
+            p.writes.clear();
             p.moved += srcs.len() as u64;
             p.compactions += 1;
         }
@@ -1178,7 +1179,7 @@ impl Model {
                     pred.waits.push(t);
                 }
             }
-            p.write = None;
+            p.writes.clear();
         }
         // Survivors topmost first; holes deepest first.
         let survivors: Vec<i64> = if p.up {
@@ -1190,9 +1191,13 @@ impl Model {
         if !p.up {
             holes.reverse();
         }
-        let blockers: BTreeSet<i64> = match &p.write {
-            Some((_, vs)) if !urgent => vs.iter().filter_map(|v| p.v2p.get(v).copied()).collect(),
-            _ => BTreeSet::new(),
+        let blockers: BTreeSet<i64> = if urgent {
+            BTreeSet::new()
+        } else {
+            p.writes
+                .iter()
+                .flat_map(|(_, vs)| vs.iter().filter_map(|v| p.v2p.get(v).copied()))
+                .collect()
         };
         let mut moves = Vec::new();
         for (&s, &h) in survivors.iter().zip(&holes) {
@@ -1258,7 +1263,10 @@ impl Model {
             .filter(|&&x| x >= 0 && x / p.ps < p.num_virt)
             .map(|&x| x / p.ps)
             .collect();
-        p.write = Some((t, vs));
+        match p.writes.iter_mut().find(|w| w.0 == t) {
+            Some(w) => w.1 = vs,
+            None => p.writes.push((t, vs)),
+        }
         Pred {
             keeps_plan: true,
             ..Pred::ok(1)
@@ -1277,9 +1285,7 @@ impl Model {
                     k += 1;
                 }
             }
-            if p.write.as_ref().is_some_and(|w| w.0 == t) {
-                p.write = None;
-            }
+            p.writes.retain(|w| w.0 != t);
         }
         if self.latest == Some(t) {
             self.latest = None;
