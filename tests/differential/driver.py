@@ -162,16 +162,16 @@ class Engine:
         self.totals = Totals()
         self.ops = [
             (10, self.op_new),
-            (10, self.op_grow),
+            (16, self.op_grow),
             (5, self.op_rewrite),
-            (8, self.op_free),
+            (5, self.op_free),
             (4, self.op_evict),
-            (6 if self.swa else 0, self.op_free_swa),
-            (4, self.op_group),
+            (8 if self.swa else 0, self.op_free_swa),
+            (3, self.op_group),
             (6, self.op_land),
-            (5, self.op_flush),
-            (6 if cfg.lazy else 2, self.op_forward),
-            (5, self.op_forward_done),
+            (7 if cfg.lazy else 4, self.op_flush),
+            (8 if cfg.lazy else 2, self.op_forward),
+            (8 if cfg.lazy else 2, self.op_forward_done),
             (8 if self.slots is not None else 0, self.op_state),
             (4 if self.mid is not None else 0, self.op_mid),
             (3, self.op_offload),
@@ -253,13 +253,16 @@ class Engine:
     def _count(self, name: str) -> None:
         self.totals.ops[name] = self.totals.ops.get(name, 0) + 1
 
-    def _unqueue_same_ids(self, ids: list[int]) -> None:
-        """Without the C3 trigger, a host free of ids never follows a queued free of the
-        same ids that has not been applied: land them and apply them first."""
+    def _before_host_free(self, ids: list[int]) -> None:
+        """Without the C3 trigger, a host free never overtakes a queued free of the same
+        ids, nor a queued group end (it would land inside a group the caller closed): the
+        queue is landed and applied first."""
         if "C3" in self.cfg.triggers or not self.queue.tickets:
             return
         want = set(ids)
-        if any(want.intersection(t.ids.tolist()) for t in self.queue.tickets):
+        if self.queue.boundary_queued() or any(
+            want.intersection(t.ids.tolist()) for t in self.queue.tickets
+        ):
             for t in self.queue.tickets:
                 self.queue.land(t)
             self.pool.sync_frees()
@@ -378,7 +381,7 @@ class Engine:
     def _free_one(self, req: Req) -> None:
         """Free a request: through the table (host ids) or as host / queued device ids."""
         self.reqs.remove(req)
-        self._unqueue_same_ids(req.tokens)
+        self._before_host_free(req.tokens)
         if req.row is not None:
             self.table.free_request(req.row)
             self._free_req_model(req, with_slot=True)
@@ -386,6 +389,7 @@ class Engine:
             return
         ids = np.array(req.tokens, dtype=np.int64)
         if self.rng.random() < 0.5:
+            self._before_host_free(req.tokens)
             if ids.size:
                 self.comp.free(torch.from_numpy(ids))
             self._count("free_host")
@@ -400,6 +404,7 @@ class Engine:
         assert self.slots is not None and self.state is not None
         arr = np.array(slots, dtype=np.int64)
         if self.rng.random() < 0.5:
+            self._before_host_free([])
             self.slots.free(torch.from_numpy(arr))
         else:
             self.queue.free(self.pool.allocator("mamba"), arr)
@@ -429,7 +434,7 @@ class Engine:
                 return
         else:
             start = rng.randrange(0, L) // ps * ps
-        self._unqueue_same_ids(req.tokens[start:])
+        self._before_host_free(req.tokens[start:])
         try:
             self.table.free_tokens(req.row, start)
         except ArgumentError:
@@ -479,6 +484,7 @@ class Engine:
         lo = 0 if rng.random() < 0.3 else req.swa_cut  # already released pages are skipped
         ids = np.array(req.tokens[lo:cut], dtype=np.int64)
         if in_group or rng.random() < 0.5:
+            self._before_host_free(ids.tolist())
             self.comp.free_swa(torch.from_numpy(ids))
             self._count("free_swa_host")
         else:
@@ -572,7 +578,7 @@ class Engine:
 
     def op_forward_done(self) -> None:
         busy = [f for f in self.forwards if not f.event.done]
-        if "C7" in self.cfg.triggers and self.reqs and self.rng.random() < 0.5:
+        if "C7" in self.cfg.triggers and self.reqs:
             # The engine fills its reused out_cache_loc buffer for the next batch.
             other = self.rng.choice(self.reqs).tokens[-1:]
             if other:
@@ -667,6 +673,7 @@ class Engine:
         elif r < 0.85 and self.mid_reqs:
             ids = self.mid_reqs.pop(rng.randrange(len(self.mid_reqs)))
             if rng.random() < 0.5:
+                self._before_host_free([])
                 mid.free(torch.from_numpy(ids))
             else:
                 self.queue.free(mid, ids)

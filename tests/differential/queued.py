@@ -111,6 +111,11 @@ class QueuedFrees:
         done, self.tickets = self.tickets[:n], self.tickets[n:]
         return done
 
+    def boundary_queued(self) -> bool:
+        """Whether a free-group boundary waits in the queue behind frees (the core's
+        group is then still open although the caller closed it)."""
+        return any(e.kind != "free" for e in self.pool._deferred._q)
+
     def inflight(self) -> int:
         """Frees the pool reports still in flight (read without settling anything)."""
         return int(self.pool._deferred.frees())
