@@ -71,7 +71,7 @@ class Req:
 @dataclass
 class Forward:
     event: StandInEvent
-    req: Req
+    reqs: list[Req]
     ids: np.ndarray
     loc: torch.Tensor
 
@@ -533,9 +533,16 @@ class Engine:
         cands = [r for r in self.reqs if r.tokens and r.pinned == 0]
         if not cands:
             return
-        req = rng.choice(cands)
-        n = min(len(req.tokens), rng.randint(1, self.ps + 1))
-        ids = np.array(req.tokens[-n:], dtype=np.int64)
+        # A decode batch (the last token of a few requests) or an extend (a request's
+        # last few tokens).
+        if rng.random() < 0.5:
+            batch = rng.sample(cands, min(len(cands), rng.randint(1, 3)))
+            parts = [r.tokens[-1:] for r in batch]
+        else:
+            batch = [rng.choice(cands)]
+            parts = [batch[0].tokens[-min(len(batch[0].tokens), rng.randint(1, self.ps + 1)) :]]
+        ids = np.array([t for p in parts for t in p], dtype=np.int64)
+        n = len(ids)
         if "C7" in cfg.triggers:
             self.staging[:n] = torch.from_numpy(ids)
             loc = self.staging[:n]
@@ -546,7 +553,7 @@ class Engine:
             self.pool.set_inflight_forward(event, loc)
             for name in self._kv_sides():
                 self._write_kv(name, ids)
-            self.forwards.append(Forward(event, req, ids, loc))
+            self.forwards.append(Forward(event, batch, ids, loc))
             self._count("forward")
             return
         # Where the forward's kernels write: translated at launch.
@@ -565,14 +572,16 @@ class Engine:
                 mask = torch.from_numpy(live)
                 side.write(ids[live], [x[mask] for x in values[name]])
                 self._touch(name, ids)
-            fw.req.pinned -= 1
+            for r in fw.reqs:
+                r.pinned -= 1
 
         event = StandInEvent(land)
-        fw = Forward(event, req, ids, loc)
+        fw = Forward(event, batch, ids, loc)
         self.pool.set_inflight_forward(event, loc)
         for name in self._kv_sides():
             self.sides[name].influx[ids] = True
-        req.pinned += 1
+        for r in batch:
+            r.pinned += 1
         self.forwards.append(fw)
         self._count("forward")
 
@@ -823,6 +832,16 @@ class Engine:
 
     def drain(self) -> None:
         """Free everything; the pool must come back empty."""
+        try:
+            self._drain()
+        except DiffFailure as e:
+            raise DiffFailure(f"[{self.cfg.label} seed {self.seed} drain] {e}") from e
+        except Exception as e:
+            raise DiffFailure(
+                f"[{self.cfg.label} seed {self.seed} drain] {type(e).__name__}: {e}"
+            ) from e
+
+    def _drain(self) -> None:
         for f in self.forwards:
             f.event.complete()
         self.forwards = []
@@ -844,7 +863,7 @@ class Engine:
         for name in self.pool.names:
             left = self.pool.allocator(name).allocated_count()
             if left:
-                raise DiffFailure(f"[{self.cfg.label} seed {self.seed}] drain: {name} holds {left}")
+                raise DiffFailure(f"{name} still holds {left} slots")
 
     def verify(self, full: bool) -> None:
         pool = self.pool
