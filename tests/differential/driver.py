@@ -325,7 +325,11 @@ class Engine:
         req = rng.choice(cands)
         L = len(req.tokens)
         k = 1 if rng.random() < 0.5 else rng.randint(1, 2 * ps)
-        last = self.table.last_loc([req.row]) if req.row is not None else torch.tensor([req.tokens[-1]])
+        last = (
+            self.table.last_loc([req.row])
+            if req.row is not None
+            else torch.tensor([req.tokens[-1]])
+        )
         assert int(last[0]) == req.tokens[-1], "the table's last_loc is not the last token"
         sched = comp.schedulable_available_size()
         seq = torch.tensor([L + k])
@@ -729,7 +733,9 @@ class Engine:
             self._count("bad-" + what)
             return
         except Exception as e:  # noqa: BLE001 - any other type is a failure too
-            raise DiffFailure(f"{what}: raised {type(e).__name__}: {e}, expected {exc.__name__}") from e
+            raise DiffFailure(
+                f"{what}: raised {type(e).__name__}: {e}, expected {exc.__name__}"
+            ) from e
         raise DiffFailure(f"{what}: returned, expected {exc.__name__}")
 
     def op_bad(self) -> None:
@@ -753,11 +759,15 @@ class Engine:
             tok = int(rng.choice(dead.tolist())) * ps
             seq = torch.tensor([2])
             self._expect(
-                ArgumentError, "decode dead last", lambda: comp.alloc_decode(seq, seq, torch.tensor([tok]))
+                ArgumentError,
+                "decode dead last",
+                lambda: comp.alloc_decode(seq, seq, torch.tensor([tok])),
             )
         elif r == 4 and self.swa and dead.size and quiet:
             tok = int(rng.choice(dead.tolist())) * ps
-            self._expect(InvalidIdError, "free_swa dead", lambda: comp.free_swa(torch.tensor([tok])))
+            self._expect(
+                InvalidIdError, "free_swa dead", lambda: comp.free_swa(torch.tensor([tok]))
+            )
         elif r == 5 and dead.size:
             tok = int(rng.choice(dead.tolist())) * ps
             live = full.checked_tokens()[:2].tolist()
@@ -769,7 +779,9 @@ class Engine:
                 row = rng.choice(rows).row
                 tok = int(rng.choice(dead.tolist())) * ps
                 self._expect(
-                    InvalidIdError, "append dead", lambda: self.table.append_tokens(row, torch.tensor([tok]))
+                    InvalidIdError,
+                    "append dead",
+                    lambda: self.table.append_tokens(row, torch.tensor([tok])),
                 )
         elif r == 7 and self.state is not None and not self.swa and quiet:
             st = self.state
@@ -778,7 +790,9 @@ class Engine:
             rows = [q for q in self.reqs if q.row is not None]
             if free.size and rows:
                 slot, row = int(rng.choice(free.tolist())), rng.choice(rows).row
-                self._expect(InvalidIdError, "set_state dead", lambda: self.table.set_state(row, slot))
+                self._expect(
+                    InvalidIdError, "set_state dead", lambda: self.table.set_state(row, slot)
+                )
                 self._expect(
                     DoubleFreeError, "free dead slot", lambda: self.slots.free(torch.tensor([slot]))
                 )
@@ -890,7 +904,9 @@ class Engine:
                 raise DiffFailure(f"{name}: two virtual pages share a physical page")
             count = pool.allocator(name).allocated_count()
             if count != int(want.sum()) * self.ps:
-                raise DiffFailure(f"{name}: allocated_count {count}, model {int(want.sum()) * self.ps}")
+                raise DiffFailure(
+                    f"{name}: allocated_count {count}, model {int(want.sum()) * self.ps}"
+                )
             ids = side.checked_tokens()
             if not full:
                 t = self.touched.get(name)
@@ -965,4 +981,6 @@ class Engine:
                 raise DiffFailure(f"request row {r}: req_to_token {dev}, host {host}")
             want_slot = req.slot if (req.slot is not None and not self.swa) else -1
             if self.table.state(r) != want_slot:
-                raise DiffFailure(f"request row {r}: state {self.table.state(r)}, model {want_slot}")
+                raise DiffFailure(
+                    f"request row {r}: state {self.table.state(r)}, model {want_slot}"
+                )

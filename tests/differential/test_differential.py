@@ -69,7 +69,11 @@ def test_differential_host(cfg: Config, device: str, host_executor: None) -> Non
 
 @pytest.mark.parametrize(
     "cfg",
-    [pytest.param(Config(k, 16, lazy), id=Config(k, 16, lazy).label) for k in KINDS for lazy in (False, True)],
+    [
+        pytest.param(Config(k, 16, lazy), id=Config(k, 16, lazy).label)
+        for k in KINDS
+        for lazy in (False, True)
+    ],
 )
 def test_differential_page16(cfg: Config, device: str, host_executor: None) -> None:
     _run(cfg, device, max(40, STEPS // 4), range(SEEDS))

@@ -62,9 +62,16 @@ def _read_swa(pool, a, ids: torch.Tensor) -> list[float]:
 # ----- C1 ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C1")
 @pytest.mark.parametrize("queued", [False, True], ids=["direct", "queued"])
-@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize(
+    "lazy",
+    [
+        # Lazy frees move nothing, so on a CPU pool (no device mirror) the dropped plan
+        # loses no byte; on CUDA its rows never reach the mirror.
+        pytest.param(False, id="eager", marks=pytest.mark.xfail(strict=False, reason="round-3 C1")),
+        pytest.param(True, id="lazy"),
+    ],
+)
 @pytest.mark.parametrize("ps", [1, 4])
 def test_c1_free_swa_inside_a_composite_group_keeps_swa_bytes(ps, lazy, queued) -> None:
     pool, a = _swa_pool(ps, lazy)
@@ -147,22 +154,6 @@ def test_c2_suffix_from_inside_a_page_keeps_the_row_allocated() -> None:
 # ----- C3 ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C3")
-def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
-    pool, a = _swa_pool(1, False)
-    req_a = a.alloc(4)
-    ev = _queue(pool, a, req_a, swa=True)  # free_swa of ids on the GPU, not landed
-    a.free(req_a)  # the request finishes: freed from the host mirror
-    req_b = a.alloc(a.available_size())  # the ids come round again
-    assert req_b is not None
-    ev.done = True
-    pool.sync_frees()
-    swa_v2p = pool._arena.v2p(pool._idx("swa"))
-    assert (swa_v2p[req_b.numpy()] >= 0).all(), "B's SWA binding was released"
-    assert (a.translate_loc_from_full_to_swa(req_b) != 0).all()
-    pool.check_invariants()
-
-
 def _cycle_until(alloc, ids: torch.Tensor, rounds: int = 64) -> torch.Tensor:
     """Allocate and free until the allocator hands ``ids`` out again (the FIFO comes
     round); the last allocation is kept and returned (empty if it never came round)."""
@@ -175,6 +166,21 @@ def _cycle_until(alloc, ids: torch.Tensor, rounds: int = 64) -> torch.Tensor:
             return got
         alloc.free(got)
     return torch.empty(0, dtype=torch.int64)
+
+
+@pytest.mark.xfail(strict=False, reason="round-3 C3")
+def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
+    pool, a = _swa_pool(1, False)
+    req_a = a.alloc(4)
+    ev = _queue(pool, a, req_a, swa=True)  # free_swa of ids on the GPU, not landed
+    a.free(req_a)  # the request finishes: freed from the host mirror
+    req_b = _cycle_until(a, req_a)  # the ids come round again, for request B
+    ev.done = True
+    pool.sync_frees()
+    swa_v2p = pool._arena.v2p(pool._idx("swa"))
+    assert (swa_v2p[req_b.numpy()] >= 0).all(), "B's SWA binding was released"
+    assert (a.translate_loc_from_full_to_swa(req_b) != 0).all()
+    pool.check_invariants()
 
 
 @pytest.mark.xfail(strict=False, reason="round-3 C3")
@@ -313,7 +319,9 @@ def test_c11_swa_factory_minimum_pool_admits_one_max_context_extend(device: str)
     hp = build(lo)
     z, n = torch.tensor([0]), torch.tensor([ctx])
     got = hp.allocator.alloc_extend(z, z, n, n, torch.tensor([-1]), ctx)
-    assert got is not None, f"a pool of {lo} bytes passed the boot check but takes no {ctx}-token extend"
+    assert got is not None, (
+        f"a pool of {lo} bytes passed the boot check but takes no {ctx}-token extend"
+    )
 
 
 # ----- C12, C13 ---------------------------------------------------------------------------
