@@ -331,6 +331,8 @@ class Engine:
             else torch.tensor([req.tokens[-1]])
         )
         assert int(last[0]) == req.tokens[-1], "the table's last_loc is not the last token"
+        if self.dev.type == "cuda" and rng.random() < 0.5:
+            last = last.to(self.dev)  # checked by the kernel (check_device_errors)
         sched = comp.schedulable_available_size()
         seq = torch.tensor([L + k])
         if k == 1 and rng.random() < 0.7:
@@ -882,6 +884,8 @@ class Engine:
     def verify(self, full: bool) -> None:
         pool = self.pool
         pool.check_invariants()
+        if self.dev.type == "cuda":
+            pool.check_device_errors()  # every device last_loc given was valid
         self.queue.settled()
         inflight = self.queue.inflight()
         if inflight != len(self.queue.tickets):
