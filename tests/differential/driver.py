@@ -178,7 +178,11 @@ class Engine:
             (3, self.op_bad),
             (0.4, self.op_clear),
         ]
+        # Phases of 150 steps alternately fill the pool (frees rarer) and drain it, so
+        # it runs full (allocations refused, compaction under pressure) and empties.
+        frees = {self.op_free, self.op_group, self.op_evict}
         self._weights = [w for w, _ in self.ops]
+        self._fill_weights = [w * 0.25 if fn in frees else w for w, fn in self.ops]
 
     # ----- helpers ------------------------------------------------------------------------
 
@@ -285,6 +289,7 @@ class Engine:
         if ids is None:
             if need <= sched:
                 raise DiffFailure(f"{how}({n}) gave None within schedulable {sched}")
+            self._count("full")
             return
         got = ids.cpu().numpy().astype(np.int64)
         assert len(got) == n, f"{how}({n}) gave {len(got)} ids"
@@ -346,6 +351,7 @@ class Engine:
         if ids is None:
             if new_pages * ps <= sched:
                 raise DiffFailure(f"{how} of {k} gave None within schedulable {sched}")
+            self._count("full")
             return
         got = ids.cpu().numpy().astype(np.int64)
         assert len(got) == k
@@ -823,7 +829,9 @@ class Engine:
 
     def step(self, full_check: bool) -> str:
         """One random action, then the checks. Returns the action's name."""
-        _, fn = self.rng.choices(self.ops, weights=self._weights)[0]
+        fill = (self.totals.steps // 150) % 2 == 1
+        weights = self._fill_weights if fill else self._weights
+        _, fn = self.rng.choices(self.ops, weights=weights)[0]
         self.touched = {}
         fn()
         self.totals.steps += 1
@@ -834,7 +842,8 @@ class Engine:
         """``steps`` actions, every one checked; a full check every ``full_every`` steps.
         Raises :class:`DiffFailure` naming the seed, step and action on a mismatch."""
         name = "build"
-        for k in range(1, steps + 1):
+        for _ in range(steps):
+            k = self.totals.steps + 1  # steps of this engine so far, all runs
             try:
                 name = self.step(k % full_every == 0)
             except DiffFailure as e:
@@ -883,9 +892,13 @@ class Engine:
 
     def verify(self, full: bool) -> None:
         pool = self.pool
-        pool.check_invariants()
-        if self.dev.type == "cuda":
+        if self.dev.type != "cuda":
+            pool.check_invariants()
+        elif full:  # reads the device tables back: at full checks only
+            pool.check_invariants()
             pool.check_device_errors()  # every device last_loc given was valid
+        else:
+            pool._arena.check_invariants()  # the host tables, every step
         self.queue.settled()
         inflight = self.queue.inflight()
         if inflight != len(self.queue.tickets):

@@ -23,7 +23,7 @@ import pytest
 
 from .driver import KINDS, Config, DiffFailure, Engine
 
-STEPS = int(os.environ.get("UKV_DIFF_STEPS", "250"))
+STEPS = int(os.environ.get("UKV_DIFF_STEPS", "500"))
 SEEDS = int(os.environ.get("UKV_DIFF_SEEDS", "1"))
 FULL_EVERY = int(os.environ.get("UKV_DIFF_FULL_EVERY", "1"))
 
@@ -99,11 +99,16 @@ def test_differential_packed(cfg: Config, device: str, packed_executor: None) ->
 # ----- the round-3 defects, found by the engine (seeds that failed before the fixes) -----
 
 FOUND = {
-    "C1": [("swa2", 1, False, 0), ("swa2", 4, False, 1), ("swa3", 4, False, 0)],
+    "C1": [
+        ("swa2", 1, False, 1),
+        ("swa2", 4, False, 1),
+        ("swa3", 1, False, 0),
+        ("swa3", 4, False, 0),
+    ],
     "C2": [("mamba2", 1, False, 2), ("mamba2", 4, False, 1), ("swa2", 4, True, 0)],
     "C3": [("swa2", 1, False, 0), ("swa2", 4, True, 1), ("swa3", 1, False, 0)],
     "C5": [("swa2", 1, True, 0), ("mamba2", 4, True, 0)],
-    "C7": [("swa2", 4, True, 0), ("mamba2", 4, True, 3)],
+    "C7": [("mamba3", 1, True, 1), ("swa2", 4, True, 0), ("mamba2", 4, True, 3)],
 }
 
 
@@ -112,7 +117,7 @@ def _finds(defect: str, device: str) -> None:
     for kind, ps, lazy, seed in FOUND[defect]:
         cfg = Config(kind, ps, lazy, frozenset([defect]))
         try:
-            _run(cfg, device, 300, range(seed, seed + 1))
+            _run(cfg, device, 400, range(seed, seed + 1))
         except DiffFailure as e:
             failures.append(str(e))
     assert not failures, "\n".join(failures)
