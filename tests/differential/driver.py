@@ -141,7 +141,7 @@ class Engine:
                 owner = "full" if name == "swa" else name
                 info = pool._arena.pool_info(pool._idx(owner))
                 k, v = pool.kv_views(name)
-                views = [(t.shape[2:], t.dtype) for pair in zip(k, v) for t in pair]
+                views: list[tuple] = [(t.shape[2:], t.dtype) for pair in zip(k, v) for t in pair]
                 self.sides[name] = PagedSide(
                     name, ps, info["min_virtual_page"], info["num_virtual_pages"], views
                 )
@@ -149,9 +149,9 @@ class Engine:
         if "mamba" in pool.names:
             info = pool._arena.pool_info(pool._idx("mamba"))
             conv, temporal = pool.state_views("mamba")
-            views = [((t.shape[0], *t.shape[2:]), t.dtype) for t in [*conv, temporal]]
+            sviews = [((t.shape[0], *t.shape[2:]), t.dtype) for t in [*conv, temporal]]
             self.state = StateSide(
-                "mamba", info["min_virtual_page"], info["num_virtual_pages"], views
+                "mamba", info["min_virtual_page"], info["num_virtual_pages"], sviews
             )
         self.reqs: list[Req] = []
         self.mid_reqs: list[np.ndarray] = []
@@ -655,14 +655,14 @@ class Engine:
                 got = slots.alloc(1, host=True)
                 if got is None:
                     continue
-                s = int(got[0])
+                sid = int(got[0])
                 if len(taken) < k:
-                    assert s == reserved[len(taken)], f"group alloc gave {s}, reserved {reserved}"
+                    assert sid == reserved[len(taken)], f"group gave {sid}, reserved {reserved}"
                 else:
-                    self.state.bind(np.array([s]))
-                taken.append(s)
-            for s in taken:
-                self._write_state(np.array([s]))
+                    self.state.bind(np.array([sid]))
+                taken.append(sid)
+            for sid in taken:
+                self._write_state(np.array([sid]))
             slots.alloc_group_end()
             self.state.release(reserved[len(taken) :])
             self.loose_slots += taken
@@ -785,6 +785,7 @@ class Engine:
             rows = [q for q in self.reqs if q.row is not None and not q.frozen]
             if rows:
                 row = rng.choice(rows).row
+                assert row is not None
                 tok = int(rng.choice(dead.tolist())) * ps
                 self._expect(
                     InvalidIdError,
@@ -798,11 +799,13 @@ class Engine:
             rows = [q for q in self.reqs if q.row is not None]
             if free.size and rows:
                 slot, row = int(rng.choice(free.tolist())), rng.choice(rows).row
+                assert row is not None and self.slots is not None
+                slots = self.slots
                 self._expect(
                     InvalidIdError, "set_state dead", lambda: self.table.set_state(row, slot)
                 )
                 self._expect(
-                    DoubleFreeError, "free dead slot", lambda: self.slots.free(torch.tensor([slot]))
+                    DoubleFreeError, "free dead slot", lambda: slots.free(torch.tensor([slot]))
                 )
         elif r == 8:
             self._expect(ArgumentError, "alloc negative", lambda: comp.alloc(-ps))

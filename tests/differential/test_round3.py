@@ -47,6 +47,11 @@ def _plain_pool(ps: int = 1, lazy: bool = False, device: str = "cpu") -> ukv.Uni
     return ukv.UnifiedKVPool(total, [full, mamba], page_size=ps, device=device, lazy=lazy)
 
 
+def _got(ids: torch.Tensor | None) -> torch.Tensor:
+    assert ids is not None, "the allocation did not fit"
+    return ids
+
+
 def _stamp_swa(pool, a, ids: torch.Tensor) -> None:
     loc = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
     k = (ids.to(torch.float32) + 1).view(-1, 1, 1).expand(-1, 1, 4).contiguous()
@@ -171,7 +176,7 @@ def _cycle_until(alloc, ids: torch.Tensor, rounds: int = 64) -> torch.Tensor:
 @pytest.mark.xfail(strict=False, reason="round-3 C3")
 def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
     pool, a = _swa_pool(1, False)
-    req_a = a.alloc(4)
+    req_a = _got(a.alloc(4))
     ev = _queue(pool, a, req_a, swa=True)  # free_swa of ids on the GPU, not landed
     a.free(req_a)  # the request finishes: freed from the host mirror
     req_b = _cycle_until(a, req_a)  # the ids come round again, for request B
@@ -187,7 +192,7 @@ def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
 def test_c3_host_free_behind_a_queued_free_of_the_same_ids_is_a_double_free() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
-    ids = fa.alloc(4)
+    ids = _got(fa.alloc(4))
     ev = _queue(pool, fa, ids)
     raised = False
     try:
@@ -210,7 +215,7 @@ def test_c3_host_free_behind_a_queued_free_of_the_same_ids_is_a_double_free() ->
 def _lazy_with_holes():
     pool = _plain_pool(1, lazy=True)
     fa = pool.allocator("full")
-    ids = fa.alloc(12)
+    ids = _got(fa.alloc(12))
     fa.free(ids[:4])  # holes below the survivors
     return pool, fa, ids
 
@@ -244,7 +249,7 @@ def test_c7_a_reused_host_out_cache_loc_keeps_the_reported_write_set() -> None:
 def test_c8_a_rejected_queued_free_leaks_nothing_and_names_its_ids() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
-    ids = fa.alloc(4)
+    ids = _got(fa.alloc(4))
     fa.free(ids[3:])  # an engine bug elsewhere: token 4 freed already
     _queue(pool, fa, ids, done=True)
     errors: list[BaseException] = []
@@ -260,8 +265,8 @@ def test_c8_a_rejected_queued_free_leaks_nothing_and_names_its_ids() -> None:
     assert errors, "the double free of the queued batch went unreported"
     assert len(pool._deferred) == 0
     named: set[int] = set()
-    for e in errors:
-        named |= {int(t) for t in np.asarray(getattr(e, "ids", []) or []).reshape(-1)}
+    for err in errors:
+        named |= {int(t) for t in np.asarray(getattr(err, "ids", []) or []).reshape(-1)}
     for batch in getattr(pool, "failed_frees", []) or []:
         named |= {int(t) for t in np.asarray(batch).reshape(-1)}
     held = fa.allocated_count() - (0 if got is None else len(got))
@@ -273,7 +278,7 @@ def test_c8_a_rejected_queued_free_leaks_nothing_and_names_its_ids() -> None:
 def test_c9_queries_do_not_move_pages() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
-    gone, keep = fa.alloc(2), fa.alloc(2)
+    gone, keep = _got(fa.alloc(2)), _got(fa.alloc(2))
     _queue(pool, fa, gone, done=True)  # landed, not applied yet
     before = fa.translate_kv_loc(keep).tolist()
     fa.available_size()
@@ -339,7 +344,7 @@ def test_c12_a_landing_forgets_the_event_it_gave_back(how: str) -> None:
     assert landing.landed()
     assert ring._spare and ring._spare[-1] is event
     reused = ring._spare.pop()  # the ring records the spare event for other work
-    reused.done = False
+    reused.done = False  # type: ignore[attr-defined]
     assert landing.landed(), "the landing reports on the recycled event's new work"
 
 
