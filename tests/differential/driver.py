@@ -14,8 +14,9 @@ each full check).
 ``triggers`` switches on engine behaviours that hit the round-3 defects
 (review-round3.md): ``C1`` free_swa inside a free group, ``C2`` request-table frees of
 middle spans and of suffixes starting inside a page, ``C3`` a host free of ids behind a
-queued free_swa of the same ids, ``C5`` more than one lazy forward in flight, ``C7`` a
-reused host ``out_cache_loc`` buffer. Without them the engine avoids those sequences.
+queued free_swa of the same ids, ``C5`` more than one lazy forward in flight, ``C6``
+lazy forwards that update their requests' Mamba states in place, ``C7`` a reused host
+``out_cache_loc`` buffer. Without them the engine avoids those sequences.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .model import DEAD, LIVE, PagedSide, StateSide
 from .queued import QueuedFrees, StandInEvent
 
 KINDS = ("mamba2", "mamba3", "swa2", "swa3")
-TRIGGERS = ("C1", "C2", "C3", "C5", "C7")
+TRIGGERS = ("C1", "C2", "C3", "C5", "C6", "C7")
 
 
 @dataclass(frozen=True)
@@ -571,6 +572,11 @@ class Engine:
         # Where the forward's kernels write: translated at launch.
         targets = {name: self._phys(name, ids) for name in self._kv_sides()}
         values = {name: self._rand(len(ids), self.sides[name]) for name in self._kv_sides()}
+        # C6: the forward also updates its requests' recurrent states in place.
+        slots = np.array([r.slot for r in batch if r.slot is not None], dtype=np.int64)
+        st = self.state if "C6" in cfg.triggers and slots.size else None
+        st_phys = self._phys("mamba", slots) if st is not None else None
+        st_vals = self._rand(len(slots), st) if st is not None else []
         fw: Forward
 
         def land() -> None:
@@ -584,6 +590,13 @@ class Engine:
                 mask = torch.from_numpy(live)
                 side.write(ids[live], [x[mask] for x in values[name]])
                 self._touch(name, ids)
+            if st is not None:
+                conv, temporal = self.pool.state_views("mamba")
+                for view, x in zip([*conv, temporal], st_vals):
+                    view[:, st_phys] = x.transpose(0, 1).to(view.device)
+                st.influx[slots] = False
+                st.write(slots, st_vals)
+                self._touch("mamba", slots)
             for r in fw.reqs:
                 r.pinned -= 1
 
@@ -594,6 +607,8 @@ class Engine:
             self.sides[name].influx[ids] = True
         for r in batch:
             r.pinned += 1
+        if st is not None:
+            st.influx[slots] = True
         self.forwards.append(fw)
         self._count("forward")
 
@@ -984,7 +999,12 @@ class Engine:
         for n, (view, want) in enumerate(zip([*conv, temporal], self.state.data)):
             got = view[:, phys].transpose(0, 1).cpu()
             if not torch.equal(got, want[t]):
-                raise DiffFailure(f"mamba: view {n} lost state bytes at slots {slots.tolist()}")
+                row = (got != want[t]).reshape(len(slots), -1).any(1)
+                lost = slots[row.numpy()]
+                raise DiffFailure(
+                    f"mamba: view {n} lost state bytes at slots {lost[:8].tolist()} "
+                    f"({int(row.sum())} of {len(slots)} checked)"
+                )
             self.totals.bytes_checked += got.numel() * got.element_size()
 
     def _check_table(self) -> None:

@@ -97,6 +97,7 @@ class StateSide:
         self.lo = lo
         self.state = np.zeros(num_slots, dtype=np.int8)
         self.written = np.zeros(num_slots, dtype=bool)
+        self.influx = np.zeros(num_slots, dtype=bool)  # a forward's state update pending
         self.data = [torch.zeros((num_slots, *shape), dtype=dtype) for shape, dtype in views]
 
     def bind(self, slots: np.ndarray) -> None:
@@ -105,12 +106,14 @@ class StateSide:
         assert bad.size == 0, f"{self.name}: slots {bad.tolist()} handed out while live"
         self.state[slots] = LIVE
         self.written[slots] = False
+        self.influx[slots] = False
 
     def release(self, slots: np.ndarray) -> None:
         slots = np.asarray(slots, dtype=np.int64)
         slots = slots[self.state[slots] == LIVE]
         self.state[slots] = HELD
         self.written[slots] = False
+        self.influx[slots] = False
 
     def write(self, slots: np.ndarray, values: list[torch.Tensor]) -> None:
         t = torch.from_numpy(np.asarray(slots, dtype=np.int64))
@@ -119,7 +122,7 @@ class StateSide:
         self.written[np.asarray(slots, dtype=np.int64)] = True
 
     def checked_slots(self) -> np.ndarray:
-        return np.flatnonzero((self.state == LIVE) & self.written)
+        return np.flatnonzero((self.state == LIVE) & self.written & ~self.influx)
 
     def observe(self, v2p: np.ndarray) -> None:
         held = np.flatnonzero(self.state == HELD)
@@ -128,3 +131,4 @@ class StateSide:
     def clear(self) -> None:
         self.state[:] = DEAD
         self.written[:] = False
+        self.influx[:] = False

@@ -108,6 +108,7 @@ FOUND = {
     "C2": [("mamba2", 1, False, 2), ("mamba2", 4, False, 1), ("swa2", 4, True, 0)],
     "C3": [("swa2", 1, False, 0), ("swa2", 4, True, 1), ("swa3", 1, False, 0)],
     "C5": [("swa2", 1, True, 0), ("mamba2", 4, True, 0)],
+    "C6": [("mamba2", 4, True, 1), ("mamba3", 1, True, 0), ("mamba3", 4, True, 1)],
     "C7": [("mamba3", 1, True, 1), ("swa2", 4, True, 0), ("mamba2", 4, True, 3)],
 }
 
@@ -141,6 +142,11 @@ def test_finds_c3_host_frees_overtaking_queued_frees(device: str, host_executor:
 @pytest.mark.xfail(strict=False, reason="round-3 C5")
 def test_finds_c5_overlapped_lazy_forwards(device: str, host_executor: None) -> None:
     _finds("C5", device)
+
+
+@pytest.mark.xfail(strict=False, reason="round-3 C6")
+def test_finds_c6_states_moved_under_a_lazy_forward(device: str, host_executor: None) -> None:
+    _finds("C6", device)
 
 
 @pytest.mark.xfail(strict=False, reason="round-3 C7")

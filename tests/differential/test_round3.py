@@ -231,6 +231,24 @@ def test_c5_lazy_flush_keeps_every_unretired_forwards_pages() -> None:
     assert fa.translate_kv_loc(torch.cat([n, n1])).tolist() == before.tolist()
 
 
+@pytest.mark.xfail(strict=False, reason="round-3 C6")
+def test_c6_lazy_flush_moves_no_state_slot_under_a_forward() -> None:
+    pool = _plain_pool(1, lazy=True)
+    ma = pool.allocator("mamba")
+    slots = _got(ma.alloc(3))
+    v2p = pool._arena.v2p(pool._idx("mamba"))
+    top = int(slots[np.argmax(v2p[slots.numpy()])])  # the band's anchored end
+    ma.free(torch.tensor([top]))
+    keep = torch.tensor([int(s) for s in slots if int(s) != top])
+    before = ma.translate_kv_loc(keep).tolist()
+    ev = StandInEvent()
+    pool.set_inflight_forward(ev)  # updates the states of its batch in place
+    pool.flush()
+    assert ma.translate_kv_loc(keep).tolist() == before, "a state moved under the forward"
+    ev.done = True
+    pool.flush()
+
+
 @pytest.mark.xfail(strict=False, reason="round-3 C7")
 def test_c7_a_reused_host_out_cache_loc_keeps_the_reported_write_set() -> None:
     pool, fa, ids = _lazy_with_holes()
