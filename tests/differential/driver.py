@@ -972,22 +972,10 @@ class Engine:
         if ids.size == 0:
             return
         phys = self._phys(name, ids)
-        if bool((phys <= 0).any()):
-            bad = ids[(phys <= 0).cpu().numpy()]
-            raise DiffFailure(f"{name}: live tokens {bad[:8].tolist()} translate to the sink")
         k, v = self.pool.kv_views(name)
         views = [t for pair in zip(k, v) for t in pair]
-        t = torch.from_numpy(ids)
-        for n, (view, want) in enumerate(zip(views, side.data)):
-            got = view[phys // self.ps, phys % self.ps].cpu()
-            if not torch.equal(got, want[t]):
-                row = (got != want[t]).reshape(len(ids), -1).any(1)
-                lost = ids[row.numpy()]
-                raise DiffFailure(
-                    f"{name}: view {n} lost bytes at virtual tokens {lost[:8].tolist()} "
-                    f"({int(row.sum())} of {len(ids)} checked)"
-                )
-            self.totals.bytes_checked += got.numel() * got.element_size()
+        got = [view[phys // self.ps, phys % self.ps] for view in views]
+        self._compare(name, "virtual tokens", ids, phys, got, side.data)
 
     def _check_states(self, slots: np.ndarray) -> None:
         if slots.size == 0:
@@ -995,17 +983,45 @@ class Engine:
         assert self.state is not None
         phys = self._phys("mamba", slots)
         conv, temporal = self.pool.state_views("mamba")
-        t = torch.from_numpy(slots)
-        for n, (view, want) in enumerate(zip([*conv, temporal], self.state.data)):
-            got = view[:, phys].transpose(0, 1).cpu()
-            if not torch.equal(got, want[t]):
-                row = (got != want[t]).reshape(len(slots), -1).any(1)
-                lost = slots[row.numpy()]
-                raise DiffFailure(
-                    f"mamba: view {n} lost state bytes at slots {lost[:8].tolist()} "
-                    f"({int(row.sum())} of {len(slots)} checked)"
-                )
-            self.totals.bytes_checked += got.numel() * got.element_size()
+        got = [view[:, phys].transpose(0, 1) for view in [*conv, temporal]]
+        self._compare("mamba", "state slots", slots, phys, got, self.state.data)
+
+    def _compare(
+        self,
+        name: str,
+        what: str,
+        ids: np.ndarray,
+        phys: torch.Tensor,
+        got: list[torch.Tensor],
+        data: list[torch.Tensor],
+    ) -> None:
+        """Every view's bytes at ``phys`` against the model's at ``ids``: one copy from
+        the device for all of them (and the physical ids)."""
+        n = len(ids)
+
+        def as_bytes(x: torch.Tensor) -> torch.Tensor:
+            return x.contiguous().reshape(n, -1).view(torch.uint8)
+
+        every = torch.cat([as_bytes(phys), *map(as_bytes, got)], dim=1).cpu()
+        sink = every[:, :8].contiguous().view(torch.int64).reshape(-1) <= 0
+        if bool(sink.any()):
+            bad = ids[sink.numpy()]
+            raise DiffFailure(f"{name}: live {what} {bad[:8].tolist()} translate to the sink")
+        t = torch.from_numpy(ids)
+        want = torch.cat([as_bytes(d[t]) for d in data], dim=1)
+        if not torch.equal(every[:, 8:], want):
+            at = 8
+            for view, d in enumerate(data):
+                w = as_bytes(d[t]).shape[1]
+                row = (every[:, at : at + w] != as_bytes(d[t])).any(1)
+                at += w
+                if bool(row.any()):
+                    lost = ids[row.numpy()]
+                    raise DiffFailure(
+                        f"{name}: view {view} lost bytes at {what} {lost[:8].tolist()} "
+                        f"({int(row.sum())} of {n} checked)"
+                    )
+        self.totals.bytes_checked += want.numel()
 
     def _check_table(self) -> None:
         rows = {r.row: r for r in self.reqs if r.row is not None}
