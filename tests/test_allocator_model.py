@@ -389,11 +389,12 @@ class ArenaModel:
         self.latest = token
 
     def retire_completed(self) -> None:
-        for token, ev in list(self.events.items()):
-            if ev.query():
-                self.retire(token)
-                del self.events[token]
-                self.write_locs.pop(token, None)
+        for token, ev in list(self.events.items()):  # in report order, up to the first
+            if not ev.query():  # forward still running (later ones wait behind it)
+                return
+            self.retire(token)
+            del self.events[token]
+            self.write_locs.pop(token, None)
 
     def retire(self, token: int) -> None:
         for s in self.sides:

@@ -919,8 +919,9 @@ class Engine:
             pool._arena.check_invariants()  # the host tables, every step
         self.queue.settled()
         inflight = self.queue.inflight()
-        if inflight != len(self.queue.tickets):
-            raise DiffFailure(f"{inflight} frees in flight, {len(self.queue.tickets)} queued")
+        want = len(self.queue.tickets) + self.queue.queued_host_frees()
+        if inflight != want:
+            raise DiffFailure(f"{inflight} frees in flight, {want} queued")
         for name, side in self.sides.items():
             v2p = pool._arena.v2p(pool._idx(name))[: side.num_pages]
             side.observe(v2p)

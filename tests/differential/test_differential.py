@@ -11,7 +11,7 @@ is on the GPU and frees of device ids are real ones. ``benches/diff_cuda.py`` ru
 same engine for 10^6 steps on the GPU.
 
 The ``test_finds_*`` tests switch on the engine sequences that hit the round-3 defects
-(review-round3.md) on seeds that failed before the fixes; they are marked ``xfail`` until
+(review-round3.md) on seeds that failed before the fixes (2d4a02f); they were marked ``xfail`` until
 the fixes land.
 """
 
@@ -124,31 +124,25 @@ def _finds(defect: str, device: str) -> None:
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C1")
 def test_finds_c1_free_swa_inside_a_free_group(device: str, host_executor: None) -> None:
     _finds("C1", device)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C2")
 def test_finds_c2_request_table_span_frees(device: str, host_executor: None) -> None:
     _finds("C2", device)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C3")
 def test_finds_c3_host_frees_overtaking_queued_frees(device: str, host_executor: None) -> None:
     _finds("C3", device)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C5")
 def test_finds_c5_overlapped_lazy_forwards(device: str, host_executor: None) -> None:
     _finds("C5", device)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C6")
 def test_finds_c6_states_moved_under_a_lazy_forward(device: str, host_executor: None) -> None:
     _finds("C6", device)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C7")
 def test_finds_c7_reused_host_out_cache_loc(device: str, host_executor: None) -> None:
     _finds("C7", device)

@@ -1,9 +1,9 @@
 """Directed tests of the round-3 review's defects (review-round3.md), one or two per item,
-each following the review's reproduction. They are marked ``xfail`` (with the item's id)
-where they fail on the pre-fix code; the marks go when the fixes land.
+each following the review's reproduction. Every one marked ``xfail`` failed on the code
+before the fixes (2d4a02f); the marks went when the fixes landed.
 
 Frees of device ids cannot be issued on a CPU pool: as in the review, a queued free is
-built the way ``UnifiedKVPool._free_device_ids`` builds it (see ``queued.py``).
+queued where a CUDA pool queues one, ``PoolRuntime.queue_free`` (see ``queued.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ukv
-from ukv.execution.deferred import Deferred, LandingIds
+from ukv.execution.deferred import LandingIds
 from ukv.execution.ring import StagingRing
 
 from .queued import StandInEvent
@@ -25,7 +25,7 @@ def _queue(pool: ukv.UnifiedKVPool, alloc, ids, *, swa: bool = False, done: bool
     event = StandInEvent()
     event.done = done
     apply = alloc._core_free_swa if swa else alloc._core_free
-    pool._deferred.push(Deferred(alloc._index, "free", LandingIds(host, event), apply))
+    pool._runtime.queue_free(alloc._index, LandingIds(host, event), apply)
     return event
 
 
@@ -73,7 +73,7 @@ def _read_swa(pool, a, ids: torch.Tensor) -> list[float]:
     [
         # Lazy frees move nothing, so on a CPU pool (no device mirror) the dropped plan
         # loses no byte; on CUDA its rows never reach the mirror.
-        pytest.param(False, id="eager", marks=pytest.mark.xfail(strict=False, reason="round-3 C1")),
+        pytest.param(False, id="eager"),
         pytest.param(True, id="lazy"),
     ],
 )
@@ -99,7 +99,6 @@ def test_c1_free_swa_inside_a_composite_group_keeps_swa_bytes(ps, lazy, queued) 
     assert _read_swa(pool, a, b_ids) == (b_ids + 1).tolist(), "B's SWA rows lost"
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C1")
 def test_c1_a_composite_group_end_that_raises_changes_nothing() -> None:
     pool, a = _swa_pool(1, False)
     ids = torch.cat([a.alloc(4), a.alloc(4)])
@@ -122,7 +121,6 @@ def _table_pool(ps: int):
     return pool, kv, ukv.RequestTable(kv, 4, 64)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C2")
 def test_c2_middle_span_free_never_frees_another_requests_tokens() -> None:
     pool, kv, tab = _table_pool(1)
     r0 = tab.alloc_request()
@@ -140,7 +138,6 @@ def test_c2_middle_span_free_never_frees_another_requests_tokens() -> None:
     assert kv.allocated_count() == 0
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C2")
 def test_c2_suffix_from_inside_a_page_keeps_the_row_allocated() -> None:
     pool, kv, tab = _table_pool(4)
     r0 = tab.alloc_request()
@@ -173,7 +170,6 @@ def _cycle_until(alloc, ids: torch.Tensor, rounds: int = 64) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C3")
 def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
     pool, a = _swa_pool(1, False)
     req_a = _got(a.alloc(4))
@@ -188,7 +184,6 @@ def test_c3_host_free_behind_a_queued_free_swa_keeps_the_next_owner() -> None:
     pool.check_invariants()
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C3")
 def test_c3_host_free_behind_a_queued_free_of_the_same_ids_is_a_double_free() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
@@ -196,10 +191,14 @@ def test_c3_host_free_behind_a_queued_free_of_the_same_ids_is_a_double_free() ->
     ev = _queue(pool, fa, ids)
     raised = False
     try:
-        fa.free(ids)
+        fa.free(ids)  # queued behind the device free of the same ids (never overtakes it)
     except ukv.DoubleFreeError:
         raised = True
-    other = _cycle_until(fa, ids)
+    try:
+        other = _cycle_until(fa, ids)  # an alloc that needs the ids applies the queue
+    except ukv.DoubleFreeError:
+        raised = True
+        other = _cycle_until(fa, ids)
     ev.done = True
     try:
         pool.sync_frees()
@@ -220,7 +219,6 @@ def _lazy_with_holes():
     return pool, fa, ids
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C5")
 def test_c5_lazy_flush_keeps_every_unretired_forwards_pages() -> None:
     pool, fa, ids = _lazy_with_holes()
     n, n1 = ids[-1:], ids[-2:-1]
@@ -231,7 +229,6 @@ def test_c5_lazy_flush_keeps_every_unretired_forwards_pages() -> None:
     assert fa.translate_kv_loc(torch.cat([n, n1])).tolist() == before.tolist()
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C6")
 def test_c6_lazy_flush_moves_no_state_slot_under_a_forward() -> None:
     pool = _plain_pool(1, lazy=True)
     ma = pool.allocator("mamba")
@@ -249,7 +246,6 @@ def test_c6_lazy_flush_moves_no_state_slot_under_a_forward() -> None:
     pool.flush()
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C7")
 def test_c7_a_reused_host_out_cache_loc_keeps_the_reported_write_set() -> None:
     pool, fa, ids = _lazy_with_holes()
     staging = ids[-1:].clone()
@@ -263,7 +259,6 @@ def test_c7_a_reused_host_out_cache_loc_keeps_the_reported_write_set() -> None:
 # ----- C8, C9 -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C8")
 def test_c8_a_rejected_queued_free_leaks_nothing_and_names_its_ids() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
@@ -281,18 +276,18 @@ def test_c8_a_rejected_queued_free_leaks_nothing_and_names_its_ids() -> None:
     except ukv.DoubleFreeError as e:
         errors.append(e)
     assert errors, "the double free of the queued batch went unreported"
-    assert len(pool._deferred) == 0
+    assert len(pool._runtime.frees) == 0
     named: set[int] = set()
     for err in errors:
-        named |= {int(t) for t in np.asarray(getattr(err, "ids", []) or []).reshape(-1)}
-    for batch in getattr(pool, "failed_frees", []) or []:
-        named |= {int(t) for t in np.asarray(batch).reshape(-1)}
+        for failed in getattr(err, "failures", ()):
+            named |= {int(t) for t in failed.ids}
+    for failed in pool.failed_frees:
+        named |= {int(t) for t in failed.ids}
     held = fa.allocated_count() - (0 if got is None else len(got))
     valid = {int(t) for t in ids[:3]}
     assert held == 0 or valid <= named, f"{held} tokens leaked, named {sorted(named)}"
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C9")
 def test_c9_queries_do_not_move_pages() -> None:
     pool = _plain_pool()
     fa = pool.allocator("full")
@@ -308,7 +303,6 @@ def test_c9_queries_do_not_move_pages() -> None:
 # ----- C10, C11 ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C10")
 def test_c10_cpu_copy_of_the_swa_side_of_the_lowest_ids(device: str) -> None:
     pool, a = _swa_pool(1, False, device, full_layers=2)  # 64 B per full token, 32 per SWA
     assert pool.min_slot_index("full") != pool.min_slot_index("swa")
@@ -319,7 +313,6 @@ def test_c10_cpu_copy_of_the_swa_side_of_the_lowest_ids(device: str) -> None:
     pool.load_cpu_copy("swa", [c * 2 for c in copy], ids)
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C11")
 def test_c11_swa_factory_minimum_pool_admits_one_max_context_extend(device: str) -> None:
     full = ukv.MHASpec("full", 1, 1, 4, torch.float16, grow="up")
     swa = ukv.MHASpec("swa", 1, 1, 4, torch.float16, grow="down")
@@ -350,7 +343,6 @@ def test_c11_swa_factory_minimum_pool_admits_one_max_context_extend(device: str)
 # ----- C12, C13 ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C12")
 @pytest.mark.parametrize("how", ["detach", "release"])
 def test_c12_a_landing_forgets_the_event_it_gave_back(how: str) -> None:
     ring = StagingRing(torch.device("cpu"), elements=64, segments=4)
@@ -366,7 +358,6 @@ def test_c12_a_landing_forgets_the_event_it_gave_back(how: str) -> None:
     assert landing.landed(), "the landing reports on the recycled event's new work"
 
 
-@pytest.mark.xfail(strict=False, reason="round-3 C13")
 def test_c13_mamba_slot_zero_translates_to_minus_one(device: str) -> None:
     pool = _plain_pool(device=device)
     slots = ukv.MambaSlots(pool, "mamba")

@@ -55,16 +55,20 @@ class Forwards:
         return LandingIds.ready(host_ids("out_cache_loc", ids).copy())
 
     def retire(self, arena: Any) -> None:
-        """Tell the core about every reported forward whose event has completed."""
+        """Tell the core about completed forwards, in report order: a forward is retired
+        only once every earlier one has completed too. (Its vacated pages are parked
+        under the newest token; retiring a later forward first would hand them out while
+        an earlier one still reads them, and drop the newest token the core waits on.)"""
         if not self.events:
             return
-        for token, event in list(self.events.items()):
-            if event.query():
-                arena.retire_token(token)
-                del self.events[token]
-                landing = self.write_locs.pop(token, None)
-                if landing is not None:
-                    landing.release()
+        for token, event in list(self.events.items()):  # dicts keep report order
+            if not event.query():
+                return
+            arena.retire_token(token)
+            del self.events[token]
+            landing = self.write_locs.pop(token, None)
+            if landing is not None:
+                landing.release()
 
     def hand_write_sets(self, arena: Any, paged: list[int]) -> bool:
         """Give the core every write set that has landed; True when one is still in
@@ -81,11 +85,15 @@ class Forwards:
         return blocked
 
     def wait(self, tokens: list[int]) -> None:
-        """Make the current stream wait for (or, for host events, wait on) these forwards."""
-        for token in tokens:
-            event = self.events.get(token)
-            if event is None:
-                continue
+        """Make the current stream wait for (or, for host events, wait on) these forwards
+        and every unretired one reported before them (a forward on another stream may
+        complete out of order)."""
+        if not tokens:
+            return
+        last = max(tokens)
+        for token, event in list(self.events.items()):
+            if token > last:
+                break
             if isinstance(event, torch.cuda.Event):
                 torch.cuda.current_stream().wait_event(event)
             elif hasattr(event, "synchronize"):

@@ -104,6 +104,17 @@ class DeferredFrees:
         space = self._spaces[pool]
         return sum(1 for e in self._queues[space] if e.kind == "free")
 
+    def entries(self, pool: int | None = None) -> list[Deferred]:
+        """Queued entries, oldest first: of ``pool``'s id space, or of every space (each
+        space's FIFO in turn)."""
+        if pool is not None:
+            return list(self._queues[self._spaces[pool]])
+        return [e for q in self._queues.values() for e in q]
+
+    def space(self, pool: int) -> int:
+        """The sub-pool whose ids ``pool`` names (its FIFO's key)."""
+        return self._spaces[pool]
+
     def in_segment(self, seg: int) -> list[LandingIds]:
         """The queued landings whose ids land in staging segment ``seg``."""
         return [

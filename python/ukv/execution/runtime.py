@@ -26,7 +26,7 @@ import torch
 
 from ukv import _convert
 from ukv._tables import DeviceTables, to_device
-from ukv.errors import ArgumentError, PoolPoisonedError
+from ukv.errors import ArgumentError, InvalidIdError, PoolPoisonedError
 from ukv.execution import make_executor
 from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
@@ -137,6 +137,18 @@ class PoolRuntime:
 
     # ----- queued frees -------------------------------------------------------------------
 
+    def _check_range(self, index: int, ids: np.ndarray, name: str) -> None:
+        """Raise InvalidIdError for a negative, reserved or out-of-range id of ``index``."""
+        info = self.info[index]
+        ps = int(info["page_size"])
+        lo, hi = int(info["min_virtual_page"]) * ps, int(info["num_virtual_pages"]) * ps
+        bad = (ids < lo) | (ids >= hi)
+        if bad.any():
+            raise InvalidIdError(
+                f"bad argument {name}: id {int(ids[int(np.argmax(bad))])} of "
+                f"{info['name']!r} is negative, reserved or out of range (ids are [{lo}, {hi}))"
+            )
+
     def settle(self, wait: bool = False) -> None:
         """Apply queued frees whose ids have landed (all of them with ``wait``)."""
         self.frees.settle(self._apply, wait)
@@ -163,6 +175,9 @@ class PoolRuntime:
             if self.frees:
                 self.settle()
                 if self.frees.blocks(index):
+                    # Liveness is only known once the queue ahead is applied; what does
+                    # not depend on it is refused now, as the core would.
+                    self._check_range(index, ids, name)
                     self.frees.push_host_free(index, ids, core_free)
                     return
             core_free(ids)
@@ -200,11 +215,14 @@ class PoolRuntime:
 
     def queue_free(
         self, index: int, landing: LandingIds, apply: Callable[[np.ndarray], None]
-    ) -> None:
+    ) -> Deferred:
         """Queue a free whose ids arrive in ``landing`` (the one entry point of frees of
-        GPU ids; tests on the CPU queue stand-in landings through it)."""
+        GPU ids; tests on the CPU queue stand-in landings through it); the entry."""
+        entry = Deferred(index, "free", landing, apply)
         with self.lock:
-            self.frees.push(Deferred(index, "free", landing, apply))
+            self.check_usable()
+            self.frees.push(entry)
+        return entry
 
     def group_boundary(
         self,
