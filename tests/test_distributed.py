@@ -41,6 +41,7 @@ SCENARIOS_2 = [
     "replicated-lazy",
     "leader-eager",
     "leader-lazy",
+    "leader-lazy+triton",
     "diverge-replicated",
     "diverge-leader",
     "bad-follower",
@@ -67,21 +68,34 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, port: int, out: str, scenarios: list[str]) -> None:
     import torch.distributed as dist
 
+    import ukv  # noqa: F401  (its kernels are decorated under the parent's interpreter setting)
+
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
+    # The two-rank scenarios run on a subgroup of ranks 0 and 1 (one spawn for both sizes;
+    # it also exercises a group other than the default one).
+    groups = {world: None, 2: dist.new_group([0, 1], backend="gloo")}
     torch.set_num_threads(1)  # ranks share the machine's cores
     device = os.environ.get("UKV_TEST_DEVICE", "cpu")
     results: dict[str, Any] = {}
     try:
-        for name in scenarios:
-            t0 = time.perf_counter()
-            try:
-                detail = _SCENARIOS[name](rank, world, device)
-                results[name] = {"ok": True, "detail": detail}
-            except Exception:  # reported to the test, which fails with the traceback
-                results[name] = {"ok": False, "detail": traceback.format_exc()}
-            results[name]["seconds"] = time.perf_counter() - t0
+        for key in scenarios:
+            size, name = key.split(":")
+            base, _, flavour = name.partition("+")
+            if device == "cpu":
+                # On the CPU, Triton's interpreter costs seconds per scenario: only the
+                # "+triton" ones run the kernels (the pool's packed executor, the
+                # follower's replay); the rest run the NumPy / torch paths.
+                os.environ["TRITON_INTERPRET"] = "1" if flavour == "triton" else "0"
+            if rank < int(size):
+                t0 = time.perf_counter()
+                try:
+                    detail = _SCENARIOS[base](rank, int(size), device, groups[int(size)])
+                    results[key] = {"ok": True, "detail": detail}
+                except Exception:  # reported to the test, which fails with the traceback
+                    results[key] = {"ok": False, "detail": traceback.format_exc()}
+                results[key]["seconds"] = time.perf_counter() - t0
             dist.barrier()
     finally:
         Path(out, f"rank{rank}.json").write_text(json.dumps(results))
@@ -255,11 +269,13 @@ def _pool(world: int, device: str, lazy: bool) -> Any:
     return ukv.UnifiedKVPool(1 << 16, _specs(world), page_size=PAGE, device=device, lazy=lazy)
 
 
-def _replicated(rank: int, world: int, device: str, lazy: bool, diverge: bool = False) -> Any:
+def _replicated(
+    rank: int, world: int, device: str, group: Any, lazy: bool, diverge: bool = False
+) -> Any:
     from ukv.distributed import DivergenceError, ReplicatedPool
 
     pool = _pool(world, device, lazy)
-    tp = ReplicatedPool(pool, check_tables=True)
+    tp = ReplicatedPool(pool, group, check_tables=True)
     work = _Workload(rank, world, _Local(pool), lazy)
     moves = 0
     for s, plan in enumerate(_plan_steps(seed=world)):
@@ -277,15 +293,17 @@ def _replicated(rank: int, world: int, device: str, lazy: bool, diverge: bool = 
     return {"moves": moves, "steps": tp.step_index}
 
 
-def _leader(rank: int, world: int, device: str, lazy: bool, corrupt: bool = False) -> Any:
+def _leader(
+    rank: int, world: int, device: str, group: Any, lazy: bool, corrupt: bool = False
+) -> Any:
     from ukv.distributed import DivergenceError, FollowerPool, LeaderPool
 
     if rank == 0:
         pool = _pool(world, device, lazy)
-        tp: Any = LeaderPool(pool, check_tables=True)
+        tp: Any = LeaderPool(pool, group, check_tables=True)
         work = _Workload(rank, world, _Local(pool), lazy)
     else:
-        tp = FollowerPool(_specs(world), device=device, check_tables=True)
+        tp = FollowerPool(_specs(world), group, device=device, check_tables=True)
         work = _Workload(rank, world, _Remote(tp), lazy)
     for s, plan in enumerate(_plan_steps(seed=world)):
         try:
@@ -306,28 +324,27 @@ def _leader(rank: int, world: int, device: str, lazy: bool, corrupt: bool = Fals
     return {"steps": tp.step_index}
 
 
-def _bad_follower(rank: int, world: int, device: str) -> Any:
+def _bad_follower(rank: int, world: int, device: str, group: Any) -> Any:
     import ukv
     from ukv.distributed import FollowerPool, LeaderPool
 
     try:
         if rank == 0:
-            LeaderPool(_pool(world, device, False))
+            LeaderPool(_pool(world, device, False), group)
         else:
             specs = _specs(world)
             wrong = ukv.MHASpec("full", 2, 8, HEAD_DIM, torch.float32, grow="up")
-            FollowerPool([wrong, specs[1]], device=device)
+            FollowerPool([wrong, specs[1]], group, device=device)
     except ukv.PoolConfigError as e:
         return {"error": str(e)}
     raise AssertionError("a follower with the wrong specs was accepted")
 
 
-def _demo_tp(rank: int, world: int, device: str) -> Any:
+def _demo_tp(rank: int, world: int, device: str, group: Any) -> Any:
     """The demo model, heads split over the ranks, against the unsharded model."""
     import torch.distributed as dist
 
     from ukv.demo.model import HybridModel, ModelConfig
-    from ukv.demo.pooled import MambaPooledCache
     from ukv.demo.reference import ReferenceCache
     from ukv.demo.run import _usable_bytes, compare
     from ukv.demo.serve import Budget, make_trace, run_pooled, run_reference
@@ -335,7 +352,7 @@ def _demo_tp(rank: int, world: int, device: str) -> Any:
 
     cfg = ModelConfig(variant="mamba", seed=3)
     full = HybridModel(cfg, device)
-    model = _ShardedModel(full, world, rank)
+    model = _ShardedModel(full, world, rank, group)
     trace = make_trace(10, cfg.vocab, seed=3)
     for r in trace:  # shorter prompts: the test's budget is CPU seconds
         r.prompt = r.prompt[:24]
@@ -348,7 +365,7 @@ def _demo_tp(rank: int, world: int, device: str) -> Any:
         device=device,
         lazy=False,
     )
-    cache.tp = ReplicatedPool(cache.pool, check_tables=True)
+    cache.tp = ReplicatedPool(cache.pool, group, check_tables=True)
     sched = dict(max_running=6, chunk=8, prefill_budget=16)
     run = run_pooled(model, cache, trace, Budget(_usable_bytes(cache)), **sched)
     moves = cache.pool.stats().pages_moved
@@ -358,7 +375,7 @@ def _demo_tp(rank: int, world: int, device: str) -> Any:
         same_tokens = all(a.outputs == b.outputs for a, b in zip(run.requests, ref, strict=True))
         _, diff = compare(run.requests, ref, exact=False)
         result.update(tokens=sum(len(r.outputs) for r in ref), same=same_tokens, diff=diff)
-    dist.barrier()
+    dist.barrier(group)
     return result
 
 
@@ -383,7 +400,7 @@ class _ShardedModel:
     K/V heads split (``ukv.models.sharding`` rules), output projections row-parallel
     and all-reduced; embeddings, MLPs and the head replicated."""
 
-    def __init__(self, full: Any, world: int, rank: int) -> None:
+    def __init__(self, full: Any, world: int, rank: int, group: Any) -> None:
         import dataclasses
 
         from ukv.demo.model import HybridModel
@@ -393,6 +410,7 @@ class _ShardedModel:
         nq, nkv = shard_evenly(c.q_heads, world, "q heads"), shard_kv_heads(c.kv_heads, world)
         nh = shard_evenly(c.ssm_heads, world, "ssm heads")
         self.cfg = dataclasses.replace(c, q_heads=nq, kv_heads=nkv, ssm_heads=nh)
+        self.group = group
         self.inner = HybridModel.__new__(HybridModel)
         self.inner.cfg, self.inner.device = self.cfg, full.device
         self.inner.embed, self.inner.head = full.embed, full.head
@@ -447,19 +465,19 @@ class _ShardedModel:
                 else:
                     y[g.rows] = inner._recurrent(h[g.rows], p, g, cache, index)
             part = (y @ p["out"]).cpu()
-            dist.all_reduce(part)
+            dist.all_reduce(part, group=self.group)
             x = x + part.to(dev)
             x = x + torch.nn.functional.gelu(m._rms(x) @ p["up"]) @ p["down"]
         return m._rms(x[last]) @ inner.head
 
 
 _SCENARIOS: dict[str, Any] = {
-    "replicated-eager": lambda r, w, d: _replicated(r, w, d, lazy=False),
-    "replicated-lazy": lambda r, w, d: _replicated(r, w, d, lazy=True),
-    "leader-eager": lambda r, w, d: _leader(r, w, d, lazy=False),
-    "leader-lazy": lambda r, w, d: _leader(r, w, d, lazy=True),
-    "diverge-replicated": lambda r, w, d: _replicated(r, w, d, lazy=False, diverge=True),
-    "diverge-leader": lambda r, w, d: _leader(r, w, d, lazy=False, corrupt=True),
+    "replicated-eager": lambda r, w, d, g: _replicated(r, w, d, g, lazy=False),
+    "replicated-lazy": lambda r, w, d, g: _replicated(r, w, d, g, lazy=True),
+    "leader-eager": lambda r, w, d, g: _leader(r, w, d, g, lazy=False),
+    "leader-lazy": lambda r, w, d, g: _leader(r, w, d, g, lazy=True),
+    "diverge-replicated": lambda r, w, d, g: _replicated(r, w, d, g, lazy=False, diverge=True),
+    "diverge-leader": lambda r, w, d, g: _leader(r, w, d, g, lazy=False, corrupt=True),
     "bad-follower": _bad_follower,
     "demo-tp": _demo_tp,
 }
@@ -468,27 +486,22 @@ _SCENARIOS: dict[str, Any] = {
 # ----- the pytest side ---------------------------------------------------------------------
 
 
-def _spawn(world: int, scenarios: list[str], tmp: Path) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
+    """Every scenario's outcome per group size, per rank (one spawn of four ranks)."""
     import torch.multiprocessing as mp
 
+    tmp = tmp_path_factory.mktemp("tp")
+    keys = [f"2:{n}" for n in SCENARIOS_2] + [f"4:{n}" for n in SCENARIOS_4]
     mp.start_processes(
-        _worker,
-        args=(world, _free_port(), str(tmp), scenarios),
-        nprocs=world,
-        join=True,
-        start_method="spawn",
+        _worker, args=(4, _free_port(), str(tmp), keys), nprocs=4, join=True, start_method="spawn"
     )
-    return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
-
-
-@pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return _spawn(2, SCENARIOS_2, tmp_path_factory.mktemp("tp2"))
-
-
-@pytest.fixture(scope="module")
-def four(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return _spawn(4, SCENARIOS_4, tmp_path_factory.mktemp("tp4"))
+    per_rank = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(4)]
+    return {
+        size: [{k.split(":")[1]: v for k, v in res.items() if k.startswith(f"{size}:")}
+               for res in per_rank[:size]]
+        for size in (2, 4)
+    }  # fmt: skip
 
 
 def _ok(results: list[dict[str, Any]], name: str) -> list[Any]:
@@ -497,44 +510,47 @@ def _ok(results: list[dict[str, Any]], name: str) -> list[Any]:
     return [res[name]["detail"] for res in results]
 
 
+@pytest.mark.parametrize("size", [2, 4])
 @pytest.mark.parametrize("name", ["replicated-eager", "replicated-lazy"])
-def test_replicated_ranks_stay_in_lockstep(two: Any, four: Any, name: str) -> None:
-    for results in (two, four):
-        details = _ok(results, name)
-        assert all(d["steps"] == STEPS for d in details)
-        assert len({d["moves"] for d in details}) == 1, "ranks moved different page counts"
+def test_replicated_ranks_stay_in_lockstep(ranks: Any, name: str, size: int) -> None:
+    details = _ok(ranks[size], name)
+    assert all(d["steps"] == STEPS for d in details)
+    assert len({d["moves"] for d in details}) == 1, "ranks moved different page counts"
 
 
-@pytest.mark.parametrize("name", ["leader-eager", "leader-lazy"])
-def test_followers_apply_the_leaders_plans(two: Any, four: Any, name: str) -> None:
-    for results in (two, four):
-        details = _ok(results, name)
-        assert details[0]["moves"] > 0, "the leader never compacted"
-        assert all(d["steps"] == STEPS for d in details[1:])
+@pytest.mark.parametrize(
+    "name,size",
+    [("leader-eager", 2), ("leader-eager", 4), ("leader-lazy", 2), ("leader-lazy", 4),
+     ("leader-lazy+triton", 2)],
+)  # fmt: skip
+def test_followers_apply_the_leaders_plans(ranks: Any, name: str, size: int) -> None:
+    details = _ok(ranks[size], name)
+    assert details[0]["moves"] > 0, "the leader never compacted"
+    assert all(d["steps"] == STEPS for d in details[1:])
 
 
-def test_a_divergent_rank_is_caught_at_its_step(two: Any, four: Any) -> None:
-    for results in (two, four):
-        details = _ok(results, "diverge-replicated")
-        for d in details:  # every rank raises, at the step and plan where one rank differed
-            assert (d["step"], d["op"]) == (DIVERGE_AT, 0), d
-            assert d["label"][-1] == "SubPoolAllocator.alloc", d
-            assert f"step {DIVERGE_AT}, plan 0" in d["message"]
+@pytest.mark.parametrize("size", [2, 4])
+def test_a_divergent_rank_is_caught_at_its_step(ranks: Any, size: int) -> None:
+    for d in _ok(ranks[size], "diverge-replicated"):
+        # every rank raises, at the step and plan where the last rank differed
+        assert (d["step"], d["op"]) == (DIVERGE_AT, 0), d
+        assert d["label"][-1] == "SubPoolAllocator.alloc", d
+        assert f"step {DIVERGE_AT}, plan 0" in d["message"]
 
 
-def test_a_corrupted_follower_table_is_caught(two: Any) -> None:
-    for d in _ok(two, "diverge-leader"):
+def test_a_corrupted_follower_table_is_caught(ranks: Any) -> None:
+    for d in _ok(ranks[2], "diverge-leader"):
         assert (d["step"], d["op"]) == (CORRUPT_AFTER + 1, None), d
         assert d["label"] == ["full"], d
 
 
-def test_a_follower_with_other_specs_is_refused_on_every_rank(two: Any) -> None:
-    for d in _ok(two, "bad-follower"):
+def test_a_follower_with_other_specs_is_refused_on_every_rank(ranks: Any) -> None:
+    for d in _ok(ranks[2], "bad-follower"):
         assert "rank 1" in d["error"] and "entry_bytes" in d["error"], d
 
 
-def test_demo_model_sharded_over_two_ranks_matches_one_rank(two: Any) -> None:
-    details = _ok(two, "demo-tp")
+def test_demo_model_sharded_over_two_ranks_matches_one_rank(ranks: Any) -> None:
+    details = _ok(ranks[2], "demo-tp")
     assert details[0]["same"], f"greedy tokens differ (max logit diff {details[0]['diff']})"
     assert details[0]["tokens"] > 0
     assert details[0]["diff"] < 1e-3, details[0]
