@@ -7,18 +7,21 @@ per sub-pool page pairs and changed ``[v2p | p2v]`` rows with their values; see
 message* is a header followed by the step's records. Everything is int64, so a message
 is one flat tensor a collective can carry.
 
-Record layout (word offsets)::
+Record layout (word offsets; ``N`` is the pool's number of sub-pools, so the header has
+a fixed size and the core packs the payload straight into its final place)::
 
     [0] words in this record     [1] plan flags         [2] waits W   [3] resets R
     [4] sections S               [5] payload words P
     [6] tokens_at [7] num_tokens [8] req_at [9] num_req
-    [10 : 10+7S]   per section: pool, src_at, dst_at, rows_at, vals_at, moves, rows
+    [10 : 10+7N]   per section: pool, src_at, dst_at, rows_at, vals_at, moves, rows
+                   (S used, the rest zero)
     then W wait tokens, R reset sub-pools, P payload words, and the R reset tables.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +93,9 @@ class StepLog:
 
     def __init__(self, table_lens: list[int]) -> None:
         self.table_lens = table_lens
-        self.buf = np.zeros(1 << 12, dtype=np.int64)
-        self.scratch = np.zeros(1 << 12, dtype=np.int64)
+        self.head_words = RECORD_HEADER + SECTION_WORDS * len(table_lens)
+        self._pad = [0] * self.head_words
+        self.buf = np.zeros(1 << 14, dtype=np.int64)
         self.reset()
 
     def reset(self) -> None:
@@ -109,7 +113,7 @@ class StepLog:
 
     def append(
         self,
-        arena: object,
+        arena: Any,
         flags: int,
         ids: np.ndarray | None,
         tables: list[tuple[np.ndarray, np.ndarray]] | None,
@@ -123,44 +127,41 @@ class StepLog:
                 ids the device finished from a device ``last_loc``), else None.
             tables: ``(v2p, p2v)`` of every sub-pool, read for reset copies only.
         """
-        layout = arena.pack_plan(self.scratch, True, True)  # type: ignore[attr-defined]
-        if layout[0] > len(self.scratch):
-            self.scratch = np.zeros(max(layout[0], 2 * len(self.scratch)), dtype=np.int64)
-            layout = arena.pack_plan(self.scratch, True, True)  # type: ignore[attr-defined]
-        length, tok_at, num_tok, req_at, num_req, sections = layout
-        waits = arena.plan_waits() if flags & 1 else []  # type: ignore[attr-defined]
-        resets = arena.plan_resets() if flags & 4 else []  # type: ignore[attr-defined]
-        head = RECORD_HEADER + SECTION_WORDS * len(sections)
-        words = head + len(waits) + len(resets) + length
-        words += sum(self.table_lens[i] for i in resets)
-        buf = self._room(words)
+        waits = arena.plan_waits() if flags & 1 else ()
+        resets = arena.plan_resets() if flags & 4 else ()
         at = self.end
-        rec = buf[at : at + words]
+        head = self.head_words + len(waits) + len(resets)
+        buf = self._room(head + 64)
+        layout = arena.pack_plan(buf[at + head :], True, True)
+        length = layout[0]
+        extra = sum(self.table_lens[i] for i in resets)
+        if at + head + length + extra > len(buf):
+            buf = self._room(head + length + extra)
+            layout = arena.pack_plan(buf[at + head :], True, True)
+        _, tok_at, num_tok, req_at, num_req, sections = layout
+        words = head + length + extra
         if ids is not None and num_req:
             num_req = 0  # the device finished them: ship final ids
-        rec[:RECORD_HEADER] = (words, flags, len(waits), len(resets), len(sections), length,
-                               tok_at, num_tok, req_at, num_req)  # fmt: skip
-        for n, sec in enumerate(sections):
-            o = RECORD_HEADER + SECTION_WORDS * n
-            rec[o : o + SECTION_WORDS] = sec
-        o = head
-        rec[o : o + len(waits)] = waits
-        o += len(waits)
-        rec[o : o + len(resets)] = resets
-        o += len(resets)
-        rec[o : o + length] = self.scratch[:length]
-        if ids is not None and num_tok:
-            rec[o + tok_at : o + tok_at + num_tok] = ids
-        o += length
+            buf[at + head + tok_at : at + head + tok_at + num_tok] = ids
+        hdr = [words, flags, len(waits), len(resets), len(sections), length,
+               tok_at, num_tok, req_at, num_req]  # fmt: skip
+        for sec in sections:
+            hdr.extend(sec)
+        hdr.extend(self._pad[: self.head_words - len(hdr)])
+        if waits or resets:
+            hdr.extend(waits)
+            hdr.extend(resets)
+        buf[at : at + head] = hdr
+        o = at + head + length
         for i in resets:
             assert tables is not None, "a reset plan needs the tables it rewrote"
             v2p, p2v = tables[i]
-            rec[o : o + len(v2p)] = v2p
-            rec[o + len(v2p) : o + self.table_lens[i]] = p2v
+            buf[o : o + len(v2p)] = v2p
+            buf[o + len(v2p) : o + self.table_lens[i]] = p2v
             o += self.table_lens[i]
         self.starts.append(at)
         self.end = at + words
-        return rec
+        return buf[at : self.end]
 
     def message(self, step: int) -> np.ndarray:
         """The step's message (header + records), a view of the buffer."""
@@ -182,14 +183,15 @@ def read_records(msg: np.ndarray, table_lens: list[int]) -> list[Record]:
     """
     out = []
     at = MSG_HEADER
+    head = RECORD_HEADER + SECTION_WORDS * len(table_lens)
     for _ in range(int(msg[2])):
         words = int(msg[at])
-        out.append(_decode(msg[at : at + words], table_lens))
+        out.append(_decode(msg[at : at + words], table_lens, head))
         at += words
     return out
 
 
-def _decode(rec: np.ndarray, table_lens: list[int]) -> Record:
+def _decode(rec: np.ndarray, table_lens: list[int], head: int) -> Record:
     _, flags, nw, nr, ns, length, tok_at, num_tok, _req_at, num_req = (
         int(x) for x in rec[:RECORD_HEADER]
     )
@@ -198,7 +200,7 @@ def _decode(rec: np.ndarray, table_lens: list[int]) -> Record:
         tuple(int(x) for x in rec[RECORD_HEADER + SECTION_WORDS * n :][:SECTION_WORDS])
         for n in range(ns)
     )
-    o = RECORD_HEADER + SECTION_WORDS * ns
+    o = head
     waits, resets = rec[o : o + nw], rec[o + nw : o + nw + nr]
     o += nw + nr
     payload = rec[o : o + length]
