@@ -132,13 +132,21 @@ def mirror_views_of(pool: ukv.UnifiedKVPool, name: str) -> list[torch.Tensor]:
     return [*conv, temporal]
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "reference"])
 @pytest.mark.parametrize("middle", [False, True])
 @pytest.mark.parametrize("lazy", [False, True])
 def test_replayed_plans_give_the_leaders_bytes_and_tables(
-    device: str, lazy: bool, middle: bool
+    device: str, lazy: bool, middle: bool, kernel: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if device == "cpu" and not kernel:  # the pool's NumPy executor, the replay's reference
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+    elif device == "cpu" and not ops.use_triton("cpu"):
+        pytest.skip("the kernel path needs Triton's interpreter on the CPU")
+    elif device != "cpu" and not kernel:
+        pytest.skip("a GPU buffer always takes the kernel")
     pool = ukv.UnifiedKVPool(6 << 10, _specs(middle), page_size=2, device=device, lazy=lazy)
     mirror = _Mirror(pool, PlanTap(pool))
+    assert mirror.replay.triton == kernel
     rng = random.Random(7 + lazy + 2 * middle)
     moved = 0
     for _ in range(12):

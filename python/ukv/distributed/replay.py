@@ -17,6 +17,7 @@ import torch
 
 from ukv import ops
 from ukv.distributed.wire import Record
+from ukv.execution.host import _as_records
 
 try:
     from ukv.kernels import plan as _plan_k
@@ -53,7 +54,7 @@ class Replayer:
     def _geometry(self, page_bytes: int) -> tuple[Any, ...]:
         raw = self.raw
         if not self.triton:
-            return (ops._unit_rows(raw, page_bytes),)
+            return (_as_records(ops._unit_rows(raw, page_bytes).numpy()),)
         word = ops._word_dtype(raw, page_bytes)
         words = ops._unit_rows(raw, page_bytes).view(-1).view(word)
         page_words = page_bytes // word.itemsize
@@ -80,7 +81,8 @@ class Replayer:
         pool, src, dst, rows, vals, moves, num_rows = sec
         (pages,) = self._geo[pool]
         if moves:
-            pages[payload[dst : dst + moves]] = pages[payload[src : src + moves]]
+            words = payload.numpy()
+            pages[words[dst : dst + moves]] = pages[words[src : src + moves]]
         if num_rows:
             self.tables[pool][payload[rows : rows + num_rows]] = payload[vals : vals + num_rows]
 
