@@ -230,6 +230,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--out", default=None, help="markdown file (a .json goes next to it)")
+    p.add_argument("--note", default="", help="a line about the machine, for the results")
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("needs CUDA")
@@ -258,6 +259,7 @@ def main() -> None:
             else ""
         ),
         "",
+        *([args.note, ""] if args.note else []),
         "calls: the step's allocator calls (rank 1 makes none in leader mode); step: "
         "`step()` after a barrier (leader: broadcast; follower: receive + apply).",
         "",

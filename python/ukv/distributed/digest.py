@@ -18,7 +18,7 @@ _MASK = (1 << 64) - 1
 
 def digest_words(words: np.ndarray) -> int:
     """The signed 64-bit digest of a contiguous int64 array."""
-    raw = hashlib.blake2b(np.ascontiguousarray(words), digest_size=8).digest()
+    raw = hashlib.blake2b(np.ascontiguousarray(words).data, digest_size=8).digest()
     return int.from_bytes(raw, "little", signed=True)
 
 
