@@ -13,10 +13,12 @@ per rank to a JSON file, and the tests below read them. Scenarios:
   raise ``DivergenceError`` at step 5 naming plan 0 and the call.
 - ``diverge-leader``: a follower's table row is corrupted after step 3; step 4 must raise.
 - ``bad-follower``: a follower whose specs do not fit the leader's pool; every rank raises.
-- ``demo-tp`` (2 ranks): the demo's Mamba-hybrid model with its attention and recurrent
+- ``demo-tp``, ``demo-tp-lazy`` (2 ranks): the demo's Mamba-hybrid model with its attention and recurrent
   heads split over the ranks (row-parallel output projections, all-reduced), its cache
   in a head-sharded ukv pool per rank in replicated mode; greedy tokens must equal the
   unsharded model's.
+- ``demo-leader`` (2 ranks): the same in leader mode: the follower's cache allocates
+  nothing and takes every id from rank 0's plans.
 
 ``UKV_TEST_DEVICE=cuda`` puts every rank's pool on the one GPU (gloo still carries the
 collectives).
@@ -46,6 +48,8 @@ SCENARIOS_2 = [
     "diverge-leader",
     "bad-follower",
     "demo-tp",
+    "demo-tp-lazy",
+    "demo-leader",
 ]
 SCENARIOS_4 = ["replicated-eager", "replicated-lazy", "leader-eager", "leader-lazy",
                "diverge-replicated"]  # fmt: skip
@@ -340,7 +344,7 @@ def _bad_follower(rank: int, world: int, device: str, group: Any) -> Any:
     raise AssertionError("a follower with the wrong specs was accepted")
 
 
-def _demo_tp(rank: int, world: int, device: str, group: Any) -> Any:
+def _demo_tp(rank: int, world: int, device: str, group: Any, lazy: bool = False) -> Any:
     """The demo model, heads split over the ranks, against the unsharded model."""
     import torch.distributed as dist
 
@@ -363,7 +367,7 @@ def _demo_tp(rank: int, world: int, device: str, group: Any) -> Any:
         dtype=torch.float32,
         page_size=4,
         device=device,
-        lazy=False,
+        lazy=lazy,
     )
     cache.tp = ReplicatedPool(cache.pool, group, check_tables=True)
     sched = dict(max_running=6, chunk=8, prefill_budget=16)
@@ -377,6 +381,125 @@ def _demo_tp(rank: int, world: int, device: str, group: Any) -> Any:
         result.update(tokens=sum(len(r.outputs) for r in ref), same=same_tokens, diff=diff)
     dist.barrier(group)
     return result
+
+
+def _demo_leader(rank: int, world: int, device: str, group: Any) -> Any:
+    """The sharded demo model with rank 0's cache in a LeaderPool and the other ranks'
+    in FollowerPools (ids from rank 0's plans), against the unsharded model."""
+    import torch.distributed as dist
+
+    from ukv.demo.model import HybridModel, ModelConfig
+    from ukv.demo.reference import ReferenceCache
+    from ukv.demo.run import _usable_bytes, compare
+    from ukv.demo.serve import Budget, make_trace, run_pooled, run_reference
+    from ukv.distributed import FollowerPool, LeaderPool
+
+    cfg = ModelConfig(variant="mamba", seed=4)
+    full = HybridModel(cfg, device)
+    model = _ShardedModel(full, world, rank, group)
+    trace = make_trace(10, cfg.vocab, seed=4)
+    for r in trace:
+        r.prompt = r.prompt[:24]
+    ctx = max(r.num_tokens for r in trace)
+    usable = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        cache: Any = _TPCache(
+            model.cfg, total_bytes=160 << 10, max_context_len=ctx, dtype=torch.float32,
+            page_size=4, device=device, lazy=False,
+        )  # fmt: skip
+        cache.tp = LeaderPool(cache.pool, group, check_tables=True)
+        usable[0] = _usable_bytes(cache)
+    else:
+        fp = FollowerPool(_demo_specs(model.cfg), group, device=device, check_tables=True)
+        cache = _FollowerDemoCache(model.cfg, fp)
+    dist.broadcast(usable, dist.get_global_rank(group, 0) if group is not None else 0, group)
+    sched = dict(max_running=6, chunk=8, prefill_budget=16)
+    run = run_pooled(model, cache, trace, Budget(int(usable[0])), **sched)
+    result: dict[str, Any] = {"outputs": [r.outputs for r in run.requests]}
+    if rank == 0:
+        result["moves"] = cache.pool.stats().pages_moved
+        ref = run_reference(full, ReferenceCache(cfg, torch.float32, device), trace, run.schedule)
+        result["same"] = all(a.outputs == b.outputs for a, b in zip(run.requests, ref, strict=True))
+        result["diff"] = compare(run.requests, ref, exact=False)[1]
+    else:
+        result["steps"] = fp.step_index
+    dist.barrier(group)
+    return result
+
+
+def _demo_specs(cfg: Any) -> list[Any]:
+    """The specs ``MambaPooledCache`` builds for ``cfg`` (this rank's shard)."""
+    import ukv
+
+    full = ukv.MHASpec("full", cfg.num_full, cfg.kv_heads, cfg.head_dim, torch.float32, grow="up")
+    mamba = ukv.MambaSpec(
+        "mamba", cfg.num_other, ((cfg.conv_width - 1, cfg.conv_channels),), torch.float32,
+        (cfg.ssm_heads, cfg.ssm_dim, cfg.ssm_dim), torch.float32, grow="down",
+    )  # fmt: skip
+    return [full, mamba]
+
+
+class _FollowerShim:
+    """What the demo's cache and serving loop ask of ``cache.pool``, over a follower."""
+
+    lazy = False
+
+    def __init__(self, fp: Any) -> None:
+        self.fp, self.device = fp, fp.device
+
+    def __getattr__(self, name: str) -> Any:  # kv_views, state_views, set_kv, spec
+        return getattr(self.fp, name)
+
+    def flush(self, urgent: bool = False) -> int:
+        return 0  # the leader flushes; its moves arrive with the step
+
+    def stats(self) -> None:
+        return None
+
+    def check_invariants(self) -> None:
+        return None
+
+
+class _FollowerDemoCache:
+    """``MambaPooledCache`` on a follower: no allocations; each step's ids come from the
+    leader's plans (its state slots, in admission order, then the extend's tokens)."""
+
+    def __new__(cls, cfg: Any, fp: Any) -> Any:
+        from ukv.demo.pooled import MambaPooledCache, _PooledCache
+
+        class FollowerCache(MambaPooledCache):
+            def __init__(self) -> None:
+                _PooledCache.__init__(self, cfg, torch.float32, 4)
+                self.pool = _FollowerShim(fp)  # type: ignore[assignment]
+                self._slot, self._phys_slot, self._new = {}, {}, []
+
+            def admit(self, rid: int) -> None:
+                self._ids[rid] = torch.empty(0, dtype=torch.int64)
+                self._new.append(rid)
+
+            def prepare(self, batch: list[tuple[int, int]]) -> None:
+                got = iter(g.cpu() for g in fp.step().ids)
+                conv, temporal = fp.state_views("mamba")
+                for rid in self._new:
+                    self._slot[rid] = next(got)
+                    s = fp.translate("mamba", self._slot[rid].to(fp.device))
+                    conv[0][:, s] = 0
+                    temporal[:, s] = 0
+                self._new = []
+                new, a = next(got), 0
+                assert next(got, None) is None, "the leader allocated more than the schedule"
+                for r, n in batch:
+                    self._ids[r] = torch.cat([self._ids[r], new[a : a + n]])
+                    a += n
+                for r, _ in batch:
+                    ids = self._ids[r].to(fp.device)
+                    self._phys[(True, r)] = fp.translate("full", ids)
+                    self._phys_slot[r] = int(fp.translate("mamba", self._slot[r].to(fp.device))[0])
+
+            def release(self, rid: int) -> None:
+                del self._ids[rid], self._slot[rid]
+
+        return FollowerCache()
 
 
 class _TPCache:
@@ -480,6 +603,8 @@ _SCENARIOS: dict[str, Any] = {
     "diverge-leader": lambda r, w, d, g: _leader(r, w, d, g, lazy=False, corrupt=True),
     "bad-follower": _bad_follower,
     "demo-tp": _demo_tp,
+    "demo-tp-lazy": lambda r, w, d, g: _demo_tp(r, w, d, g, lazy=True),
+    "demo-leader": _demo_leader,
 }
 
 
@@ -549,10 +674,19 @@ def test_a_follower_with_other_specs_is_refused_on_every_rank(ranks: Any) -> Non
         assert "rank 1" in d["error"] and "entry_bytes" in d["error"], d
 
 
-def test_demo_model_sharded_over_two_ranks_matches_one_rank(ranks: Any) -> None:
-    details = _ok(ranks[2], "demo-tp")
+@pytest.mark.parametrize("name", ["demo-tp", "demo-tp-lazy"])
+def test_demo_model_sharded_over_two_ranks_matches_one_rank(ranks: Any, name: str) -> None:
+    details = _ok(ranks[2], name)
     assert details[0]["same"], f"greedy tokens differ (max logit diff {details[0]['diff']})"
     assert details[0]["tokens"] > 0
     assert details[0]["diff"] < 1e-3, details[0]
     assert len({(d["moves"], d["steps"]) for d in details}) == 1
     assert details[0]["moves"] > 0, "the demo run never compacted"
+
+
+def test_demo_model_in_leader_mode_matches_one_rank(ranks: Any) -> None:
+    details = _ok(ranks[2], "demo-leader")
+    assert details[0]["same"], f"greedy tokens differ (max logit diff {details[0]['diff']})"
+    assert details[0]["diff"] < 1e-3 and details[0]["moves"] > 0, details[0]
+    assert details[1]["outputs"] == details[0]["outputs"], "the follower generated other tokens"
+    assert details[1]["steps"] > 0
