@@ -22,7 +22,7 @@ from ukv.distributed.digest import chain, digest_words
 from ukv.distributed.divergence import StepFacts, check_step
 from ukv.distributed.geometry import WORDS, Geometry, spec_mismatch
 from ukv.distributed.group import Group
-from ukv.distributed.leader import agree
+from ukv.distributed.leader import agree, check_modes
 from ukv.distributed.replay import Replayer
 from ukv.distributed.transport import CHUNK_WORDS, Channel
 from ukv.distributed.wire import MSG_HEADER, Record, read_records
@@ -81,14 +81,19 @@ class FollowerPool:
         self.step_index = 0
         self.channel = Channel(self.group, chunk_words)
         hello = self.channel.receive()
-        geo = Geometry.read(hello[1 : 1 + WORDS])
+        geo = Geometry.read(hello[2 : 2 + WORDS])
         problem = spec_mismatch(geo, list(specs))
+        if int(hello[1]) != check_modes(self.check, self.check_tables):
+            problem = (
+                f"check={self.check}, check_tables={self.check_tables} but the leader's "
+                f"are check={bool(hello[1] & 1)}, check_tables={bool(hello[1] & 2)}"
+            )
         agree(self.group, problem)
         self.geometry = geo
         self._specs = list(specs)
         self._index = {s.name: i for i, s in enumerate(self._specs)}
         self.raw = torch.zeros(geo.total_bytes, dtype=torch.uint8, device=self.device)
-        self._tables = self._load_tables(hello[1 + WORDS :])
+        self._tables = self._load_tables(hello[2 + WORDS :])
         self._views = [self._build_views(s, p) for s, p in zip(self._specs, geo.pools)]
         self._replay = Replayer(self.raw, self._tables, [p[2] for p in geo.pools], geo.move_order)
         self._events: dict[int, Any] = {}

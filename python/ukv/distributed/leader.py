@@ -26,7 +26,7 @@ from ukv.errors import PoolConfigError
 if TYPE_CHECKING:
     from ukv.pool import UnifiedKVPool
 
-__all__ = ["LeaderPool", "agree"]
+__all__ = ["LeaderPool", "agree", "check_modes"]
 
 
 class LeaderPool:
@@ -68,7 +68,8 @@ class LeaderPool:
         self._tap = PlanTap(pool)
         tables = self._tap.host_tables()
         head = pool_words(pool)
-        msg = np.concatenate([[0], head, *tables]).astype(np.int64)
+        modes = check_modes(self.check, self.check_tables)
+        msg = np.concatenate([[0, modes], head, *tables]).astype(np.int64)
         msg[0] = len(msg)
         self.channel.send(msg)
         agree(self.group, None)
@@ -99,6 +100,12 @@ class LeaderPool:
         tap.new_step()
         self.step_index += 1
         return step
+
+
+def check_modes(check: bool, check_tables: bool) -> int:
+    """The check settings as one word (every rank must use the same, or the per-step
+    collective would be missing on some ranks)."""
+    return int(check) | int(check_tables) << 1
 
 
 def agree(group: Group, problem: str | None) -> None:

@@ -24,6 +24,7 @@ from ukv.distributed.digest import chain, digest_words
 from ukv.distributed.divergence import StepFacts, check_step
 from ukv.distributed.geometry import pool_words
 from ukv.distributed.group import Group
+from ukv.distributed.leader import check_modes
 from ukv.distributed.tap import PlanTap
 from ukv.errors import PoolConfigError
 
@@ -61,7 +62,7 @@ class ReplicatedPool:
         self.check = bool(check)
         self.check_tables = bool(check_tables)
         self.step_index = 0
-        _agree_on_geometry(self.group, pool)
+        _agree_on_geometry(self.group, pool, check_modes(self.check, self.check_tables))
         self._tap = PlanTap(pool)
 
     @property
@@ -97,9 +98,15 @@ class ReplicatedPool:
         return step
 
 
-def _agree_on_geometry(group: Group, pool: UnifiedKVPool) -> None:
-    rows = group.all_gather_words(torch.from_numpy(pool_words(pool)))
+def _agree_on_geometry(group: Group, pool: UnifiedKVPool, modes: int) -> None:
+    mine = torch.cat([torch.tensor([modes]), torch.from_numpy(pool_words(pool))])
+    rows = group.all_gather_words(mine)
     for r in range(group.size):
+        if rows[r][0] != rows[0][0]:
+            raise PoolConfigError(
+                f"invalid check settings on rank {r}: check/check_tables word {int(rows[r][0])}"
+                f", rank 0 has {int(rows[0][0])} (every rank must check alike)"
+            )
         if not torch.equal(rows[r], rows[0]):
             raise PoolConfigError(
                 f"invalid pool geometry on rank {r}: {rows[r].tolist()} differs from rank 0's "
