@@ -243,7 +243,9 @@ def main() -> None:
         )
         rows = [row for r in range(2) for row in json.loads(Path(tmp, f"rank{r}.json").read_text())]
     where = (
-        torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor()
+        torch.cuda.get_device_name(0)
+        if args.device.startswith("cuda")
+        else f"{platform.machine()}, {os.cpu_count()} CPUs"
     )
     head = [
         f"# ukv tensor-parallel step cost ({args.device}, 2 gloo ranks on one host)",
