@@ -179,6 +179,9 @@ class _Workload:
         self.ids: dict[int, torch.Tensor] = {}  # rid -> virtual full ids (host)
         self.slot: dict[int, torch.Tensor] = {}  # rid -> virtual state slot (host)
         self.heads = _specs(world)[0].head_num
+        self.steps = 0  # steps absorbed so far
+        self.waits = 0  # forwards waited on by plans (lazy)
+        self.new_ids: list[torch.Tensor] = []
 
     # -- deciding (a rank with a core) --
 
@@ -191,8 +194,8 @@ class _Workload:
         for r in plan["finish"]:
             full.free(self.ids[r])
             slots.free(self.slot[r])
-        if self.lazy:
-            pool.flush()
+        if self.lazy:  # every third pass urgent: it waits on the last forward (plan waits)
+            pool.flush(urgent=self.steps % 3 == 2)
         if plan["admit"]:
             seq = torch.tensor([n for _, n in plan["admit"]])
             pre = torch.zeros_like(seq)
@@ -232,6 +235,19 @@ class _Workload:
         assert next(it, None) is None, "more allocations than the schedule made"
         for r, start, n in new:
             self._write_kv(r, start, n)
+        self.new_ids = [self.ids[r][start : start + n] for r, start, n in new]
+        self.steps += 1
+
+    def report_forward(self, pool: Any) -> None:
+        """Lazy mode: the step's "forward" (the writes above) is reported in flight; it
+        completes two steps later unless a plan waits on it first."""
+        if not self.lazy:
+            return
+        event = _Forward(self)
+        if hasattr(pool, "allocator"):  # a pool with a core: it also learns the write set
+            pool.set_inflight_forward(event, torch.cat(self.new_ids).to(pool.device))
+        else:
+            pool.set_inflight_forward(event)
 
     def _k(self, rid: int, pos: torch.Tensor, layer: int) -> torch.Tensor:
         """This rank's head shard of request ``rid``'s K at ``pos`` (exact in float32)."""
@@ -272,6 +288,21 @@ class _Workload:
             assert bool((temporal[:, s] == -self._state_value(r)).all()), f"state of {r}"
 
 
+class _Forward:
+    """Stands in for a forward's CUDA event, deterministically on every rank."""
+
+    def __init__(self, work: _Workload) -> None:
+        self.work, self.start, self.waited = work, work.steps, False
+
+    def query(self) -> bool:
+        return self.waited or self.work.steps >= self.start + 2
+
+    def synchronize(self) -> None:
+        if not self.query():
+            self.work.waits += 1
+        self.waited = True
+
+
 def _pool(world: int, device: str, lazy: bool) -> Any:
     import ukv
 
@@ -296,10 +327,11 @@ def _replicated(
             return {"step": e.step, "op": e.op, "label": e.label, "message": str(e)}
         work.absorb(plan, got[1:] if odd else got)
         work.verify()
+        work.report_forward(pool)
         moves = pool.stats().pages_moved
     pool.check_invariants()
     assert moves > 0, "the workload never compacted: it proves nothing about moves"
-    return {"moves": moves, "steps": tp.step_index}
+    return {"moves": moves, "steps": tp.step_index, "waits": work.waits}
 
 
 def _leader(
@@ -327,12 +359,17 @@ def _leader(
             return {"step": e.step, "op": e.op, "label": e.label, "message": str(e)}
         work.absorb(plan, got)
         work.verify()
+        work.report_forward(pool if rank == 0 else tp)
         if corrupt and rank == world - 1 and s == CORRUPT_AFTER:
             tp._tables[0][3] += 1  # a follower's v2p row goes wrong behind the check's back
     if rank == 0:
         pool.check_invariants()
-        return {"moves": pool.stats().pages_moved, "broadcasts": tp.channel.broadcasts}
-    return {"steps": tp.step_index}
+        return {
+            "moves": pool.stats().pages_moved,
+            "broadcasts": tp.channel.broadcasts,
+            "waits": work.waits,
+        }
+    return {"steps": tp.step_index, "waits": work.waits}
 
 
 def _bad_follower(rank: int, world: int, device: str, group: Any) -> Any:
@@ -654,6 +691,8 @@ def test_replicated_ranks_stay_in_lockstep(ranks: Any, name: str, size: int) -> 
     details = _ok(ranks[size], name)
     assert all(d["steps"] == STEPS for d in details)
     assert len({d["moves"] for d in details}) == 1, "ranks moved different page counts"
+    if "lazy" in name:  # urgent flushes waited on in-flight forwards, alike on every rank
+        assert details[0]["waits"] > 0 and len({d["waits"] for d in details}) == 1, details
 
 
 @pytest.mark.parametrize(
@@ -667,6 +706,8 @@ def test_followers_apply_the_leaders_plans(ranks: Any, name: str, size: int) -> 
     assert all(d["steps"] == STEPS for d in details[1:])
     if "lazy" in name:  # cut at 64 words: the long messages took a second broadcast
         assert details[0]["broadcasts"] > STEPS + 1, details[0]
+        # the followers waited on their own forwards where the leader's plans waited
+        assert details[0]["waits"] > 0 and len({d["waits"] for d in details}) == 1, details
 
 
 @pytest.mark.parametrize("size", [2, 4])
