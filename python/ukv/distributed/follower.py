@@ -146,9 +146,9 @@ class FollowerPool:
                 got = payload[t_at : t_at + n]
                 ids.append(got.clone() if self.device.type == "cpu" else got)
         self._retire()
+        self.step_index = step + 1
         if self.check:
             self._check(step, records)
-        self.step_index = step + 1
         return FollowerStep(step, ids, len(records))
 
     def _check(self, step: int, records: list[Record]) -> None:

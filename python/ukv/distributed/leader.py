@@ -78,7 +78,8 @@ class LeaderPool:
         """Send the step's plans to the followers and compare the ranks.
 
         Call it at the point every follower calls ``FollowerPool.step`` (after the
-        scheduler's allocations and frees, before the forward that uses them).
+        scheduler's allocations and frees, before the forward that uses them). Holds
+        the pool's lock while it sends.
 
         Returns:
             The index of the step just sent.
@@ -87,19 +88,26 @@ class LeaderPool:
             DivergenceError: A follower's tables (or received plans) differ.
         """
         tap, step = self._tap, self.step_index
-        self.channel.send(tap.log.message(step))
-        if self.check:
-            tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
-            word = chain([step, *tap.digests, *tables])
-
-            def facts() -> StepFacts:
-                summaries = [r.describe() for r in tap.log.records()]
-                return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
-
-            check_step(self.group, step, word, facts, list(self.pool.names))
-        tap.new_step()
-        self.step_index += 1
+        with self.pool.lock:  # no other thread's plan joins the step while it is sent
+            try:
+                self.channel.send(tap.log.message(step))
+                if self.check:
+                    self._check(step)
+            finally:
+                tap.new_step()
+                self.step_index += 1
         return step
+
+    def _check(self, step: int) -> None:
+        tap = self._tap
+        tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
+        word = chain([step, *tap.digests, *tables])
+
+        def facts() -> StepFacts:
+            summaries = [r.describe() for r in tap.log.records()]
+            return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
+
+        check_step(self.group, step, word, facts, list(self.pool.names))
 
 
 def check_modes(check: bool, check_tables: bool) -> int:

@@ -84,18 +84,25 @@ class ReplicatedPool:
                 first differing plan on every rank.
         """
         tap, step = self._tap, self.step_index
-        if self.check:
-            tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
-            word = chain([step, *tap.digests, *tables])
-
-            def facts() -> StepFacts:
-                summaries = [r.describe() for r in tap.log.records()]
-                return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
-
-            check_step(self.group, step, word, facts, list(self.pool.names))
-        tap.new_step()
-        self.step_index += 1
+        with self.pool.lock:  # no other thread's plan joins the step while it is compared
+            try:
+                if self.check:
+                    self._check(step)
+            finally:
+                tap.new_step()
+                self.step_index += 1
         return step
+
+    def _check(self, step: int) -> None:
+        tap = self._tap
+        tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
+        word = chain([step, *tap.digests, *tables])
+
+        def facts() -> StepFacts:
+            summaries = [r.describe() for r in tap.log.records()]
+            return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
+
+        check_step(self.group, step, word, facts, list(self.pool.names))
 
 
 def _agree_on_geometry(group: Group, pool: UnifiedKVPool, modes: int) -> None:
