@@ -12,6 +12,8 @@ per rank to a JSON file, and the tests below read them. Scenarios:
 - ``diverge-replicated``: one rank makes an extra allocation at step 5; every rank must
   raise ``DivergenceError`` at step 5 naming plan 0 and the call.
 - ``diverge-leader``: a follower's table row is corrupted after step 3; step 4 must raise.
+- ``diverge-retire``: lazy replicated mode with one rank's forwards completing a step
+  early (the timing hazard DISTRIBUTED.md names); the check must catch it.
 - ``bad-follower``: a follower whose specs do not fit the leader's pool; every rank raises.
 - ``demo-tp``, ``demo-tp-lazy`` (2 ranks): the demo's Mamba-hybrid model with its attention and recurrent
   heads split over the ranks (row-parallel output projections, all-reduced), its cache
@@ -47,6 +49,7 @@ SCENARIOS_2 = [
     "leader-lazy+triton",
     "diverge-replicated",
     "diverge-leader",
+    "diverge-retire",
     "bad-follower",
     "demo-tp",
     "demo-tp-lazy",
@@ -180,6 +183,7 @@ class _Workload:
         self.slot: dict[int, torch.Tensor] = {}  # rid -> virtual state slot (host)
         self.heads = _specs(world)[0].head_num
         self.steps = 0  # steps absorbed so far
+        self.forward_steps = 2  # steps until a reported forward completes
         self.waits = 0  # forwards waited on by plans (lazy)
         self.new_ids: list[torch.Tensor] = []
 
@@ -295,7 +299,7 @@ class _Forward:
         self.work, self.start, self.waited = work, work.steps, False
 
     def query(self) -> bool:
-        return self.waited or self.work.steps >= self.start + 2
+        return self.waited or self.work.steps >= self.start + self.work.forward_steps
 
     def synchronize(self) -> None:
         if not self.query():
@@ -310,13 +314,21 @@ def _pool(world: int, device: str, lazy: bool) -> Any:
 
 
 def _replicated(
-    rank: int, world: int, device: str, group: Any, lazy: bool, diverge: bool = False
+    rank: int,
+    world: int,
+    device: str,
+    group: Any,
+    lazy: bool,
+    diverge: bool = False,
+    skew: bool = False,
 ) -> Any:
     from ukv.distributed import DivergenceError, ReplicatedPool
 
     pool = _pool(world, device, lazy)
     tp = ReplicatedPool(pool, group, check_tables=True)
     work = _Workload(rank, world, _Local(pool), lazy)
+    if skew and rank == world - 1:
+        work.forward_steps = 1  # its forwards finish a step early: retirement differs
     moves = 0
     for s, plan in enumerate(_plan_steps(seed=world)):
         odd = diverge and s == DIVERGE_AT and rank == world - 1
@@ -651,6 +663,7 @@ _SCENARIOS: dict[str, Any] = {
     "leader-lazy": lambda r, w, d, g: _leader(r, w, d, g, lazy=True),
     "diverge-replicated": lambda r, w, d, g: _replicated(r, w, d, g, lazy=False, diverge=True),
     "diverge-leader": lambda r, w, d, g: _leader(r, w, d, g, lazy=False, corrupt=True),
+    "diverge-retire": lambda r, w, d, g: _replicated(r, w, d, g, lazy=True, skew=True),
     "bad-follower": _bad_follower,
     "demo-tp": _demo_tp,
     "demo-tp-lazy": lambda r, w, d, g: _demo_tp(r, w, d, g, lazy=True),
@@ -717,6 +730,15 @@ def test_a_divergent_rank_is_caught_at_its_step(ranks: Any, size: int) -> None:
         assert (d["step"], d["op"]) == (DIVERGE_AT, 0), d
         assert d["label"][-1] == "SubPoolAllocator.alloc", d
         assert f"step {DIVERGE_AT}, plan 0" in d["message"]
+
+
+def test_lazy_retirement_out_of_step_is_caught(ranks: Any) -> None:
+    """Replicated lazy mode's documented hazard: one rank's forwards complete (and are
+    retired) a step earlier, so its pending pages come back sooner and its ids differ."""
+    details = _ok(ranks[2], "diverge-retire")
+    assert details[0]["op"] is not None and details[0]["step"] < STEPS, details[0]
+    assert len({(d["step"], d["op"]) for d in details}) == 1, details
+    assert "ids [" in details[0]["message"], details[0]
 
 
 def test_a_corrupted_follower_table_is_caught(ranks: Any) -> None:

@@ -78,7 +78,16 @@ class Record:
         """A short account of what the plan did (for error messages)."""
         moves = sum(s[5] for s in self.sections)
         rows = sum(s[6] for s in self.sections)
-        parts = [f"{self.tokens[1]} ids", f"{moves} page moves", f"{rows} table rows"]
+        ids = self.ids[:4].tolist()
+        shown = f" {ids}" if len(self.ids) <= 4 else f" {ids[:3]}..."
+        parts = [f"{self.tokens[1]} ids{shown if len(self.ids) else ''}", f"{moves} page moves",
+                 f"{rows} table rows"]  # fmt: skip
+        for sec in self.sections:
+            pool, at, n = sec[0], sec[3], sec[6]
+            if 0 < n <= 4:  # small plans: the rows themselves ([v2p | p2v] index: value)
+                rows = self.payload[at : at + n].tolist()
+                vals = self.payload[sec[4] : sec[4] + n].tolist()
+                parts.append(f"sub-pool {pool} rows {dict(zip(rows, vals))}")
         if len(self.resets):
             parts.append(f"reset of sub-pools {self.resets.tolist()}")
         return ", ".join(parts)
