@@ -249,7 +249,8 @@ class _Workload:
             return
         event = _Forward(self)
         if hasattr(pool, "allocator"):  # a pool with a core: it also learns the write set
-            pool.set_inflight_forward(event, torch.cat(self.new_ids).to(pool.device))
+            # host ids: a GPU write set lands when its copy does (a timing hazard)
+            pool.set_inflight_forward(event, torch.cat(self.new_ids))
         else:
             pool.set_inflight_forward(event)
 
@@ -280,7 +281,7 @@ class _Workload:
         ks, vs = self.view.kv_views("full")
         conv, temporal = self.view.state_views("mamba")
         for r, ids in self.ids.items():
-            phys = self.view.translate("full", ids).cpu()
+            phys = self.view.translate("full", ids)  # on the pool's device
             pos = torch.arange(len(ids))
             for layer in range(2):
                 got = ks[layer][phys // PAGE, phys % PAGE].cpu()
