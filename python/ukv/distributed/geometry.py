@@ -20,7 +20,7 @@ from ukv.specs import Spec
 if TYPE_CHECKING:
     from ukv.pool import UnifiedKVPool
 
-__all__ = ["HEAD_WORDS", "POOL_WORDS", "Geometry", "pool_words", "spec_mismatch"]
+__all__ = ["HEAD_WORDS", "POOL_WORDS", "WORDS", "Geometry", "pool_words", "spec_mismatch"]
 
 MAX_POOLS = 3
 HEAD_WORDS = 8
@@ -29,16 +29,6 @@ page size."""
 POOL_WORDS = 8
 """Per sub-pool: entry bytes, page size, page bytes, pages, first page, virtual pages,
 v2p rows, p2v rows."""
-FIELDS = (
-    "entry_bytes",
-    "page_size",
-    "page_bytes",
-    "num_pages",
-    "min_page_index",
-    "num_virtual_pages",
-    "v2p rows",
-    "p2v rows",
-)
 WORDS = HEAD_WORDS + MAX_POOLS * POOL_WORDS
 
 
@@ -51,7 +41,8 @@ class Geometry:
         lazy: Lazy compaction.
         page_size: The pool's KV page size.
         move_order: The order sub-pools' moves run in (the core's ``move_order()``).
-        pools: Per sub-pool, the :data:`FIELDS` values.
+        pools: Per sub-pool, the :data:`POOL_WORDS` values (entry bytes, page size,
+            page bytes, pages, first page, virtual pages, v2p rows, p2v rows).
     """
 
     total_bytes: int
