@@ -55,7 +55,8 @@ class Forwards:
         return LandingIds.ready(host_ids("out_cache_loc", ids).copy())
 
     def retire(self, arena: Any) -> None:
-        """Tell the core about completed forwards, in report order: a forward is retired
+        """Tell the core (``arena``; None: no core, as on a tensor-parallel follower)
+        about completed forwards, in report order: a forward is retired
         only once every earlier one has completed too. (Its vacated pages are parked
         under the newest token; retiring a later forward first would hand them out while
         an earlier one still reads them, and drop the newest token the core waits on.)"""
@@ -64,7 +65,8 @@ class Forwards:
         for token, event in list(self.events.items()):  # dicts keep report order
             if not event.query():
                 return
-            arena.retire_token(token)
+            if arena is not None:
+                arena.retire_token(token)
             del self.events[token]
             landing = self.write_locs.pop(token, None)
             if landing is not None:

@@ -46,6 +46,7 @@ def build_mamba_hybrid(
     *,
     model: Any = None,
     tp_size: int = 1,
+    tp_rank: int = 0,
     total_bytes: int | None = None,
     max_tokens: int | None = None,
     max_requests: int | None = None,
@@ -61,6 +62,8 @@ def build_mamba_hybrid(
         mamba: State spec (grows down), unless ``model`` is given.
         model: A preset name, a ``config.json`` path or a ``ModelShape`` (a Mamba model).
         tp_size: Tensor-parallel degree to shard ``model``'s heads by.
+        tp_rank: This rank, in ``[0, tp_size)`` (every rank holds the same shape; it is
+            recorded on the sharded model and checked).
         total_bytes: The byte budget; else sized from ``max_tokens`` and ``max_requests``.
         max_tokens: Full-attention tokens to size for (without ``total_bytes``).
         max_requests: Concurrent requests: states to size for, and request-table rows.
@@ -73,7 +76,7 @@ def build_mamba_hybrid(
         PoolConfigError: missing or contradictory sizes, a model that is not a Mamba
             hybrid, or a pool in which one worst-case request does not fit.
     """
-    full, mamba = _specs(full, mamba, model, tp_size, MambaSpec, "mamba")
+    full, mamba = _specs(full, mamba, model, (tp_size, tp_rank), MambaSpec, "mamba")
     assert isinstance(mamba, MambaSpec)
     kv_pages = _pages(max_context_len, page_size)
     worst = kv_pages * full.page_bytes(page_size) + mamba.entry_bytes
@@ -96,6 +99,7 @@ def build_swa_hybrid(
     window: int | None = None,
     model: Any = None,
     tp_size: int = 1,
+    tp_rank: int = 0,
     total_bytes: int | None = None,
     max_tokens: int | None = None,
     max_requests: int | None = None,
@@ -118,7 +122,7 @@ def build_swa_hybrid(
             the SWA side too until ``free_swa`` trims them, so the boot check admits one
             request of ``max_context_len`` tokens whose SWA side holds its window plus one
             such extend.
-        tp_size, total_bytes, max_tokens, max_requests, max_context_len, page_size,
+        tp_size, tp_rank, total_bytes, max_tokens, max_requests, max_context_len, page_size,
         device, lazy: As :func:`build_mamba_hybrid`; ``max_tokens`` counts full tokens,
             and each request is sized for ``min(max_context_len, window + page_size)``
             SWA tokens, plus one extend in flight.
@@ -127,9 +131,9 @@ def build_swa_hybrid(
         PoolConfigError: as :func:`build_mamba_hybrid`, or a missing window.
     """
     if model is not None:
-        shape = _shape(model, tp_size)
+        shape = _shape(model, (tp_size, tp_rank))
         window = shape.swa.window if shape.swa is not None else window
-    full, swa = _specs(full, swa, model, tp_size, MHASpec, "swa")
+    full, swa = _specs(full, swa, model, (tp_size, tp_rank), MHASpec, "swa")
     if window is None or isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         raise PoolConfigError(f"invalid window = {window!r}: must be a positive int (tokens)")
     if isinstance(max_context_len, bool) or not isinstance(max_context_len, int):
@@ -170,22 +174,27 @@ def build_swa_hybrid(
 # ----- helpers ------------------------------------------------------------------------------
 
 
-def _shape(model: Any, tp_size: int) -> Any:
+def _shape(model: Any, tp: tuple[int, int]) -> Any:
     from ukv import models
 
     shape = model if isinstance(model, models.ModelShape) else models.load(model)
-    return shape.sharded(tp_size) if tp_size != 1 else shape
+    return shape.sharded(*tp) if tp != (1, 0) else shape
 
 
 def _specs(
-    full: MHASpec | None, other: Spec | None, model: Any, tp_size: int, kind: type, label: str
+    full: MHASpec | None,
+    other: Spec | None,
+    model: Any,
+    tp: tuple[int, int],
+    kind: type,
+    label: str,
 ) -> tuple[MHASpec, Any]:
     if model is not None:
         if full is not None or other is not None:
             raise PoolConfigError(
                 "invalid arguments: give either model= or the two specs, not both"
             )
-        shape = _shape(model, tp_size)
+        shape = _shape(model, tp)
         specs = list(shape.specs())
         if len(specs) != 2:
             raise PoolConfigError(

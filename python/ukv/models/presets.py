@@ -151,21 +151,25 @@ def find_preset(name: str) -> ModelShape | None:
     return _BY_LOWER_NAME.get(name.strip().lower())
 
 
-def preset(name: str) -> ModelShape:
+def preset(name: str, *, tp_size: int = 1, tp_rank: int = 0) -> ModelShape:
     """The preset of one model, looked up by name, ignoring case.
 
     Args:
         name: A name from :data:`PRESETS`, in any case (e.g. ``"gemma-3-27b"``).
+        tp_size: Tensor-parallel ranks to shard the heads over (1: unsharded).
+        tp_rank: This rank, in ``[0, tp_size)``.
 
     Returns:
-        The preset's :class:`ModelShape` (unsharded, bf16 KV, fp32 SSM state).
+        The preset's :class:`ModelShape` (bf16 KV, fp32 SSM state), sharded for
+        ``tp_size`` ranks by :meth:`ModelShape.sharded` unless ``tp_size`` is 1.
 
     Raises:
-        PoolConfigError: No preset has that name; the message lists the names.
+        PoolConfigError: No preset has that name (the message lists the names), or the
+            model's heads cannot be split over ``tp_size`` ranks.
     """
     shape = find_preset(name) if isinstance(name, str) else None
     if shape is None:
         raise PoolConfigError(
             f"unknown model preset {name!r}; presets are: {', '.join(preset_names())}"
         )
-    return shape
+    return shape if (tp_size, tp_rank) == (1, 0) else shape.sharded(tp_size, tp_rank)

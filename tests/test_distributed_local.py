@@ -1,0 +1,240 @@
+"""Tensor-parallel pieces that need no second process (issue 23).
+
+The heart of leader mode is that a follower, with no core, ends every plan with the same
+bytes and tables as the leader. Here one pool plays the leader: each plan it executes is
+recorded (:class:`ukv.distributed.tap.PlanTap`), shipped through the step message format
+and replayed (:class:`ukv.distributed.replay.Replayer`) onto a second buffer with the
+same specs; after every operation the mirror's bytes and tables must equal the pool's.
+Also: the ``tp_size`` / ``tp_rank`` plumbing of presets and factories, the divergence
+message, and refusals of bad setups.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import ukv
+from ukv import layout, ops
+from ukv.distributed.divergence import DivergenceError, StepFacts, _explain
+from ukv.distributed.geometry import Geometry, pool_words, spec_mismatch
+from ukv.distributed.group import Group
+from ukv.distributed.replay import Replayer
+from ukv.distributed.tap import PlanTap
+from ukv.distributed.wire import read_records
+from ukv.models import preset
+
+
+def _specs(middle: bool) -> list[ukv.Spec]:
+    full = ukv.MHASpec("full", 2, 2, 4, torch.float16, grow="up")
+    mamba = ukv.MambaSpec(
+        "mamba", 1, ((2, 6),), torch.float32, (2, 2, 2), torch.float32, grow="down"
+    )
+    specs: list[ukv.Spec] = [full, mamba]
+    if middle:
+        specs.append(ukv.MHASpec("mid", 1, 1, 8, torch.float32, grow="middle"))
+    return specs
+
+
+class _Mirror:
+    """A follower's state built from the leader pool's geometry words, and its replayer."""
+
+    def __init__(self, pool: ukv.UnifiedKVPool, tap: PlanTap) -> None:
+        self.pool, self.tap = pool, tap
+        self.geo = Geometry.read(pool_words(pool))
+        self.raw = pool.raw.clone()
+        self.tables = [torch.from_numpy(t).to(pool.device) for t in tap.host_tables()]
+        self.lens = [self.geo.table_len(i) for i in range(len(self.tables))]
+        self.replay = Replayer(
+            self.raw, self.tables, [p[2] for p in self.geo.pools], self.geo.move_order
+        )
+        self.steps = 0
+
+    def apply_step(self) -> list[np.ndarray]:
+        """Ship the tap's records through the message format and replay them."""
+        msg = self.tap.log.message(self.steps).copy()
+        ids = []
+        dev = torch.from_numpy(msg).to(self.raw.device)
+        base = msg.__array_interface__["data"][0]
+        for rec in read_records(msg, self.lens):
+            at = (rec.payload.__array_interface__["data"][0] - base) // 8
+            self.replay.apply(rec, dev[at : at + len(rec.payload)])
+            ids.append(rec.ids.copy())
+        self.tap.new_step()
+        self.steps += 1
+        return ids
+
+    def views(self, name: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(v2p, the sub-pool's byte views) on the mirror."""
+        i = self.pool.names.index(name)
+        spec, words = self.pool.spec(name), self.geo.pools[i]
+        v2p = self.tables[i][: words[6]]
+        if isinstance(spec, ukv.MHASpec):
+            k, v = layout.mha_views(self.raw, spec, words[1], words[3])
+            return v2p, [*k, *v]
+        conv, temporal = layout.state_views(self.raw, spec, words[3])
+        return v2p, [*conv, temporal]
+
+    def check(self) -> None:
+        assert torch.equal(self.raw, self.pool.raw), "the replayed bytes differ from the pool's"
+        for i, t in enumerate(self.tap.host_tables()):
+            assert np.array_equal(self.tables[i].cpu().numpy(), t), f"tables of sub-pool {i}"
+
+
+def _write(views: list[torch.Tensor], phys: torch.Tensor, ps: int, value: float) -> None:
+    """The engine's write of new rows (the same on the leader and the mirror)."""
+    for view in views:
+        if ps > 1 or view.dim() == 4 and view.shape[1] == ps:  # [pages, page_size, H, D]
+            view[phys // ps, phys % ps] = value
+        else:  # state: [layer, slot, ...]
+            view[:, phys] = value
+
+
+def _random_ops(mirror: _Mirror, rng: random.Random, n: int) -> None:
+    """Allocations (with writes), frees, flushes and clears on every sub-pool; after each
+    operation the mirror replays its plans and repeats the write at its own ids."""
+    pool = mirror.pool
+    live: dict[str, list[torch.Tensor]] = {name: [] for name in pool.names}
+    for _ in range(n):
+        name = rng.choice(pool.names)
+        alloc = pool.allocator(name)
+        ps = alloc.page_size
+        op = rng.random()
+        wrote = None
+        if op < 0.5:
+            ids = alloc.alloc(ps * rng.randint(1, 3))
+            if ids is not None:
+                live[name].append(ids)
+                wrote = (ids, float(rng.randint(1, 250)))
+                _write(mirror_views_of(pool, name), alloc.translate_kv_loc(ids), ps, wrote[1])
+        elif op < 0.85 and live[name]:
+            alloc.free(live[name].pop(rng.randrange(len(live[name]))))
+        elif op < 0.95:
+            pool.flush(urgent=rng.random() < 0.3)
+        elif op < 0.97:
+            alloc.clear()
+            live[name].clear()
+        mirror.apply_step()
+        if wrote is not None:
+            v2p, views = mirror.views(name)
+            _write(views, ops.translate(wrote[0], v2p, ps), ps, wrote[1])
+
+
+def mirror_views_of(pool: ukv.UnifiedKVPool, name: str) -> list[torch.Tensor]:
+    """The pool's own byte views of ``name``, as :meth:`_Mirror.views` lists them."""
+    if isinstance(pool.spec(name), ukv.MHASpec):
+        k, v = pool.kv_views(name)
+        return [*k, *v]
+    conv, temporal = pool.state_views(name)
+    return [*conv, temporal]
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "reference"])
+@pytest.mark.parametrize("middle", [False, True])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_replayed_plans_give_the_leaders_bytes_and_tables(
+    device: str, lazy: bool, middle: bool, kernel: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if device == "cpu" and not kernel:  # the pool's NumPy executor, the replay's reference
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+    elif device == "cpu" and not ops.use_triton("cpu"):
+        pytest.skip("the kernel path needs Triton's interpreter on the CPU")
+    elif device != "cpu" and not kernel:
+        pytest.skip("a GPU buffer always takes the kernel")
+    pool = ukv.UnifiedKVPool(6 << 10, _specs(middle), page_size=2, device=device, lazy=lazy)
+    mirror = _Mirror(pool, PlanTap(pool))
+    assert mirror.replay.triton == kernel
+    rng = random.Random(7 + lazy + 2 * middle)
+    moved = 0
+    for _ in range(12):
+        _random_ops(mirror, rng, 10)
+        mirror.check()
+        moved = pool.stats().pages_moved
+    assert moved > 0, "the op stream never compacted"
+
+
+def test_a_step_ships_each_allocations_ids(device: str) -> None:
+    pool = ukv.UnifiedKVPool(24 << 10, _specs(False), page_size=2, device=device)
+    tap = PlanTap(pool)
+    mirror = _Mirror(pool, tap)
+    kv = pool.allocator("full")
+    a = kv.alloc(4, host=True)
+    assert kv.alloc(1 << 20) is None  # a failed allocation is a plan too (an empty one)
+    kv.free(a[:2])
+    b = kv.alloc_decode(torch.tensor([3]), torch.tensor([3]), torch.tensor([int(a[3])]), host=True)
+    ids = mirror.apply_step()
+    assert [len(x) for x in ids] == [4, 0, 0, 1]
+    assert np.array_equal(ids[0], a.numpy()) and np.array_equal(ids[3], b.numpy())
+    assert tap.labels == [] and tap.digests == []  # new_step forgot them
+    mirror.check()
+
+
+def test_the_tap_names_the_public_call() -> None:
+    pool = ukv.UnifiedKVPool(24 << 10, _specs(False), page_size=2, device="cpu")
+    tap = PlanTap(pool)
+    kv = pool.allocator("full")
+    ids = kv.alloc(2)
+    kv.free(ids)
+    pool.flush()
+    assert tap.labels == ["SubPoolAllocator.alloc", "SubPoolAllocator.free"]
+    with pytest.raises(ukv.PoolConfigError, match="already tapped"):
+        PlanTap(pool)
+
+
+def test_the_divergence_message_names_step_plan_and_calls() -> None:
+    same = StepFacts([1, 2], ["SubPoolAllocator.alloc", "SubPoolAllocator.free"], ["a", "b"])
+    other = StepFacts([1, 3], ["SubPoolAllocator.alloc", "SubPoolAllocator.alloc"], ["a", "c"])
+    err = _explain(7, [same, other], ["full", "mamba"])
+    assert isinstance(err, DivergenceError) and isinstance(err, ukv.UkvError)
+    assert (err.step, err.op) == (7, 1)
+    assert "step 7, plan 1" in str(err) and "rank 1: SubPoolAllocator.alloc -> c" in str(err)
+    short = _explain(2, [same, StepFacts([1], ["x"], ["a"])], ["full"])
+    assert short.op == 1 and "(no such plan)" in str(short)
+    tables = _explain(4, [StepFacts([], [], [], [5, 6]), StepFacts([], [], [], [5, 9])], ["f", "m"])
+    assert tables.op is None and tables.label == ["m"] and "sub-pools ['m']" in str(tables)
+
+
+def test_a_follower_spec_must_match_the_leaders_geometry() -> None:
+    pool = ukv.UnifiedKVPool(24 << 10, _specs(False), page_size=2, device="meta")
+    geo = Geometry.read(pool_words(pool))
+    assert spec_mismatch(geo, _specs(False)) is None
+    wider = [ukv.MHASpec("full", 2, 4, 4, torch.float16, grow="up"), _specs(False)[1]]
+    assert "entry_bytes" in (spec_mismatch(geo, wider) or "")
+    assert "3 specs" in (spec_mismatch(geo, _specs(True)) or "")
+
+
+def test_a_group_needs_an_initialised_gloo_backend() -> None:
+    with pytest.raises(ukv.PoolConfigError, match="not initialised"):
+        Group.of(None)
+
+
+def test_presets_and_factories_take_the_rank() -> None:
+    shape = preset("Nemotron-Nano-9B-v2", tp_size=4, tp_rank=3)
+    assert (shape.tp_size, shape.tp_rank, shape.full.num_kv_heads) == (4, 3, 2)
+    assert preset("Nemotron-Nano-9B-v2") == preset("Nemotron-Nano-9B-v2", tp_size=1)
+    with pytest.raises(ukv.PoolConfigError, match="tp_rank must be in"):
+        preset("Nemotron-Nano-9B-v2", tp_size=2, tp_rank=2)
+    hp = ukv.build_mamba_hybrid(
+        model="Jamba-1.5-Mini", tp_size=2, tp_rank=1, max_tokens=512, max_requests=2,
+        max_context_len=256, device="meta",
+    )  # fmt: skip
+    assert hp.pool.spec("full").head_num == 4  # 8 KV heads over 2 ranks
+    with pytest.raises(ukv.PoolConfigError, match="tp_rank"):
+        ukv.build_swa_hybrid(
+            model="gpt-oss-120b", tp_size=2, tp_rank=-1, max_tokens=512, max_requests=2,
+            max_context_len=256, device="meta",
+        )  # fmt: skip
+    swa = ukv.build_swa_hybrid(
+        model="gpt-oss-120b", tp_size=8, tp_rank=5, max_tokens=512, max_requests=2,
+        max_context_len=256, device="meta",
+    )  # fmt: skip
+    assert swa.pool.spec("full").head_num == 1 and swa.window == 128
+
+
+@pytest.mark.skipif(not ops.use_triton("cpu"), reason="the kernel path needs the interpreter")
+def test_the_replayer_uses_the_plan_kernel_under_the_interpreter() -> None:
+    raw = torch.zeros(1024, dtype=torch.uint8)
+    assert Replayer(raw, [torch.zeros(4, dtype=torch.int64)], [64], (0,)).triton
