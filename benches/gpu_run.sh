@@ -2,7 +2,8 @@
 # One GPU session's work, run on the lent H200 from the repository root:
 #   bash benches/gpu_run.sh <wheel> <out-dir> [commit] [parts...]
 # parts (default: tests soak bench): `tests` runs the tests marked `gpu` and the
-# execution/hybrid/review suites with the pool on CUDA; `soak` the public-API soak at
+# execution/hybrid/review/differential/distributed suites with the pool on CUDA; `diff`
+# the differential engine for 10^6 steps in parallel processes; `soak` the public-API soak at
 # 10^6 operations per mode; `bench` the allocator host-time comparison against SGLang
 # (when .gpu/peer/ was carried, see benches/prepare_peer_wheels.sh), a cProfile of the
 # small calls, the model demo on CUDA and the serving-step bench. Each part fits one
@@ -23,8 +24,15 @@ if [[ " $parts " == *" tests "* ]]; then
   UKV_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_execution.py \
     tests/test_hybrid.py tests/test_middle_band.py tests/test_reliability_round2.py \
     tests/test_bad_inputs_hybrid.py tests/test_device_last_loc.py tests/test_killed_process.py \
+    tests/test_review_round3.py tests/differential tests/test_distributed_local.py \
+    tests/test_distributed.py \
     2>&1 | tee -a "$out/gpu-tests.log" | tail -4
   echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
+fi
+
+if [[ " $parts " == *" diff "* ]]; then
+  timeout 540 python3 benches/diff_cuda.py --device cuda --procs 16 --steps 1000000 \
+    --time-limit 420 --out "$out/diff" > "$out/diff.log" 2>&1; echo "diff exit $?"; tail -12 "$out/diff.log"
 fi
 
 if [[ " $parts " == *" soak "* ]]; then
