@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ukv.errors import DeferredFreeError, UkvError
+from ukv.errors import DeferredFreeError, InvalidIdError
 from ukv.execution.deferred import Deferred, LandingIds
 
 MAX_FAILURES_KEPT = 64
@@ -167,7 +167,7 @@ class DeferredFrees:
                 ids = entry.landing.take() if entry.landing is not None else None
                 try:
                     run(entry, ids)
-                except UkvError as exc:
+                except InvalidIdError as exc:  # the core refused the ids (a double free)
                     if entry.kind != "free" or ids is None:
                         raise
                     failed.append(self._salvage(entry, ids, exc, run))
@@ -179,7 +179,7 @@ class DeferredFrees:
         self,
         entry: Deferred,
         ids: np.ndarray,
-        exc: UkvError,
+        exc: InvalidIdError,
         run: Callable[[Deferred, np.ndarray | None], None],
     ) -> FailedFree:
         """Free the live ids of a rejected free (each once) and describe the rest."""
@@ -194,7 +194,7 @@ class DeferredFrees:
         if freed.size:
             try:
                 run(entry, np.ascontiguousarray(freed))
-            except UkvError:
+            except InvalidIdError:
                 freed = freed[:0]
         rejected = wide[~ok] if freed.size else wide
         return FailedFree(
