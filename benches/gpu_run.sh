@@ -31,8 +31,8 @@ if [[ " $parts " == *" tests "* ]]; then
 fi
 
 if [[ " $parts " == *" diff "* ]]; then
-  timeout 540 python3 benches/diff_cuda.py --device cuda --procs 16 --steps 1000000 \
-    --time-limit 420 --out "$out/diff" > "$out/diff.log" 2>&1; echo "diff exit $?"; tail -12 "$out/diff.log"
+  timeout 480 python3 benches/diff_cuda.py --device cuda --procs ${DIFF_PROCS:-16} --steps 1000000 \
+    --time-limit ${DIFF_SECONDS:-420} --out "$out/diff" > "$out/diff.log" 2>&1; echo "diff exit $?"; tail -12 "$out/diff.log"
 fi
 
 if [[ " $parts " == *" soak "* ]]; then
