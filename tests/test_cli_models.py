@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+import ukv
 from ukv.cli import main, parse_bytes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
-ROOT = Path(__file__).resolve().parents[1]
+# A child process imports the same ukv this process does: the installed wheel in CI (the source
+# tree there has no built _core), or python/ with a copied-in _core during development.
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(ukv.__file__).resolve().parents[1])}
 
 
 def run_json(argv: list[str], capsys: Any) -> dict:
@@ -141,7 +144,7 @@ def test_plan_plot(tmp_path: Path, capsys: Any) -> None:
 def test_import_ukv_stays_light() -> None:
     code = "import sys, ukv, ukv.cli; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "python")}, check=True)  # fmt: skip
+                         env=CHILD_ENV, check=True)  # fmt: skip
     assert out.stdout.strip() == "False"
 
 
@@ -194,13 +197,12 @@ def test_usage_errors_are_one_line(argv: list[str], capsys: Any) -> None:
 def test_closed_pipe_is_one_line_exit_2() -> None:
     # ``ukv plan ... | head``: the reader is gone when ukv writes. Closing the read end
     # before the child starts makes that certain (no race with the pipe's buffer).
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     cmd = [sys.executable, "-m", "ukv", "plan", "--model", "Jamba-1.5-Mini", "--memory", "2GiB",
            "--max-context", "8192"]  # fmt: skip
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=120)
+        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, env=CHILD_ENV, timeout=120)
     finally:
         os.close(write_end)
     err = proc.stderr.decode()
