@@ -22,7 +22,7 @@ released, leaving ``min(pages(new), ceil(window / P) + 1)``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,9 +48,33 @@ def _window(shape: ModelShape) -> int:
     return int(window)
 
 
+def window_pages(window: int, page: int) -> int:
+    """The most SWA pages a request holds between steps: its window plus one page (the
+    window rarely starts on a page boundary)."""
+    return int(pages(window, page)) + 1
+
+
 def swa_pages(tokens: np.ndarray, page: int, window: int) -> np.ndarray:
     """SWA pages a request of ``tokens`` holds between steps (the window plus one page)."""
-    return np.minimum(pages(tokens, page), pages(window, page) + 1)
+    return np.minimum(pages(tokens, page), window_pages(window, page))
+
+
+class SwaStep(NamedTuple):
+    """Pages of an SWA side over one step (see :func:`swa_step`)."""
+
+    need: int  # taken at the step's peak, before the out-of-window pages go
+    change: int  # held after the step minus held before it
+    freed: int  # released at the end of the step
+
+
+def swa_step(old: np.ndarray, new: np.ndarray, page: int, window: int) -> SwaStep:
+    """What one step from ``old`` to ``new`` tokens costs an SWA side, summed over requests:
+    a prefill chunk takes all its pages first, then the pages that fell out of the window go.
+    """
+    held = swa_pages(old, page, window)
+    peak = held + pages(new, page) - pages(old, page)
+    after = swa_pages(new, page, window)
+    return SwaStep(int((peak - held).sum()), int((after - held).sum()), int((peak - after).sum()))
 
 
 class Backend:
@@ -140,13 +164,11 @@ class SplitBackend(Backend):
         if self.full_used + dfull > self.full_cap:
             return False
         if self.kind == "swa":
-            peak = swa_pages(old, self.P, self.window) + pages(new, self.P) - pages(old, self.P)
-            held = swa_pages(old, self.P, self.window)
-            if self.other_used + int((peak - held).sum()) > self.other_cap:
+            step = swa_step(old, new, self.P, self.window)
+            if self.other_used + step.need > self.other_cap:
                 return False
-            after = swa_pages(new, self.P, self.window)
-            self.other_used += int((after - held).sum())
-            self.bytes_freed += int((peak - after).sum()) * self.other_unit
+            self.other_used += step.change
+            self.bytes_freed += step.freed * self.other_unit
         self.full_used += dfull
         return True
 
@@ -165,11 +187,11 @@ class SplitBackend(Backend):
         ok = self.full_used + pages(tokens, self.P) <= self.full_cap
         if self.kind == "mamba":
             return ok and self.other_used + states <= self.other_cap
-        win = states * (pages(self.window, self.P) + 1)
+        win = states * window_pages(self.window, self.P)
         return ok and self.other_used + win <= self.other_cap
 
     def fits_alone(self, tokens: int) -> bool:
-        other = 1 if self.kind == "mamba" else pages(self.window, self.P) + 1
+        other = 1 if self.kind == "mamba" else window_pages(self.window, self.P)
         return pages(tokens, self.P) <= self.full_cap and other <= self.other_cap
 
     def usage(self) -> tuple[int, int]:
@@ -268,7 +290,7 @@ class PaddedBackend(Backend):
         if self.kind == "mamba":
             need += states
         else:
-            need += self.other_groups * states * (pages(self.window, self.B) + 1)
+            need += self.other_groups * states * window_pages(self.window, self.B)
         return self.used + need <= self.cap
 
     def fits_alone(self, tokens: int) -> bool:
@@ -445,14 +467,14 @@ class UnifiedBackend(Backend):
         # SWA: a window's pages are bound on both sides at once, so they need the joint
         # room; the rest of the tokens need full pages only, in what remains of the gap
         # once the windows' SWA bytes are taken (charged in full pages, as for states).
-        win = states * (pages(self.window, self.P) + 1)
+        win = states * window_pages(self.window, self.P)
         if win * self.P > self.alloc.available_size():
             return False
         charge = pages(win * self.other_unit, self.full_page) * self.P
         return tokens + charge <= self.alloc.full_available_size()
 
     def fits_alone(self, tokens: int) -> bool:
-        other = self.other_unit * (1 if self.kind == "mamba" else pages(self.window, self.P) + 1)
+        other = self.other_unit * (1 if self.kind == "mamba" else window_pages(self.window, self.P))
         need = pages(tokens, self.P) * self.full_page + other + self._floor
         return need <= self.total_bytes
 

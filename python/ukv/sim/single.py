@@ -14,7 +14,7 @@ import numpy as np
 from ukv.errors import PoolConfigError
 from ukv.models import ModelShape
 from ukv.sim import metrics
-from ukv.sim.backends import Backend, pages, swa_pages
+from ukv.sim.backends import Backend, pages, swa_pages, swa_step, window_pages
 from ukv.sim.baselines import Comparison
 from ukv.sim.engine import simulate
 from ukv.sim.traces import Trace
@@ -83,13 +83,17 @@ class SingleKindBackend(Backend):
     def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
         if self.kind == "state":
             return True
-        before = self._held(old)
-        peak = before + pages(new, self.P) - pages(old, self.P)
-        if self.used + int((peak - before).sum()) > self.cap:
+        if self.kind == "full":
+            need = int((pages(new, self.P) - pages(old, self.P)).sum())
+            if self.used + need > self.cap:
+                return False
+            self.used += need
+            return True
+        step = swa_step(old, new, self.P, self.window)
+        if self.used + step.need > self.cap:
             return False
-        after = self._held(new)
-        self.used += int((after - before).sum())
-        self.bytes_freed += int((peak - after).sum()) * self.unit
+        self.used += step.change
+        self.bytes_freed += step.freed * self.unit
         return True
 
     def release(self, rids: np.ndarray, held: np.ndarray) -> None:
@@ -103,7 +107,7 @@ class SingleKindBackend(Backend):
             return self.used + states <= self.cap
         if self.kind == "full":
             return self.used + int(pages(tokens, self.P)) <= self.cap
-        window = states * (int(pages(self.window, self.P)) + 1)
+        window = states * window_pages(self.window, self.P)
         return self.used + min(window, int(pages(tokens, self.P)) + states) <= self.cap
 
     def fits_alone(self, tokens: int) -> bool:
