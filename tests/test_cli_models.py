@@ -202,7 +202,9 @@ def test_closed_pipe_is_one_line_exit_2() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, env=CHILD_ENV, timeout=120)
+        proc = subprocess.run(
+            cmd, stdout=write_end, stderr=subprocess.PIPE, env=CHILD_ENV, timeout=120
+        )
     finally:
         os.close(write_end)
     err = proc.stderr.decode()

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from standins import StandInEvent
 
 import ukv
 from ukv.execution import HostExecutor, MetaExecutor, PackedExecutor
@@ -29,21 +30,6 @@ def _specs() -> list[ukv.Spec]:
 
 def _pool(device: str = "cpu", **kw) -> ukv.UnifiedKVPool:
     return ukv.UnifiedKVPool(64 * 64 + 16 * 160, _specs(), device=device, **kw)
-
-
-class StandInEvent:
-    """An event whose completion the test decides; counts synchronize() calls."""
-
-    def __init__(self, done: bool = False) -> None:
-        self.done = done
-        self.syncs = 0
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.syncs += 1
-        self.done = True
 
 
 def _queue_free(pool: ukv.UnifiedKVPool, name: str, ids, event: StandInEvent) -> None:

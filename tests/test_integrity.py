@@ -14,24 +14,12 @@ import random
 
 import pytest
 import torch
+from standins import StandInEvent as FakeEvent
 
 import ukv
 
 CPU_OPS = 120
 GPU_OPS = 10_000
-
-
-class FakeEvent:
-    """A forward-completion event the test fires by hand."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.done = True
 
 
 def _specs(kv_grow: str, state_kind: str) -> list[ukv.Spec]:

@@ -31,6 +31,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from standins import StandInEvent as FakeEvent
 
 import ukv
 from ukv import _core
@@ -61,19 +62,6 @@ def _pool(*, lazy: bool, page_size: int, device: str = "cpu", pages: int = 96) -
     # full: 16 B/token, swa: 16 B/token (fp32, D=2, K+V); ~`pages` pages shared.
     total = 16 * page_size * (pages + 2)
     return ukv.UnifiedKVPool(total, _specs(), page_size=page_size, device=device, lazy=lazy)
-
-
-class FakeEvent:
-    """A forward-completion event that completes when the test says so."""
-
-    def __init__(self, done: bool = False) -> None:
-        self.done = done
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.done = True
 
 
 # ----- threads -------------------------------------------------------------------------------

@@ -17,23 +17,11 @@ import re
 import numpy as np
 import pytest
 import torch
+from standins import StandInEvent as StandIn
 
 import ukv
 from ukv.execution import ring as ring_mod
 from ukv.execution.deferred import LandingIds
-
-
-class StandIn:
-    """An event whose completion the test decides."""
-
-    def __init__(self, done: bool = False) -> None:
-        self.done = done
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.done = True
 
 
 def _full_mamba(lazy: bool = False, ps: int = 1) -> ukv.UnifiedKVPool:

@@ -600,7 +600,7 @@ class Engine:
             for r in fw.reqs:
                 r.pinned -= 1
 
-        event = StandInEvent(land)
+        event = StandInEvent(on_done=land)
         fw = Forward(event, batch, ids, loc)
         self.pool.set_inflight_forward(event, loc)
         for name in self._kv_sides():

@@ -9,35 +9,14 @@ GPU and freed through the public call; their landing is the GPU's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from standins import StandInEvent
 
 from ukv.execution.deferred import LandingIds
-
-
-class StandInEvent:
-    """An event whose completion the driver decides. ``on_done`` runs once, when it
-    completes (by the driver, or by the pool synchronizing on it)."""
-
-    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
-        self.done = False
-        self.on_done = on_done
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.complete()
-
-    def complete(self) -> None:
-        if not self.done:
-            self.done = True
-            if self.on_done is not None:
-                self.on_done()
 
 
 @dataclass
