@@ -200,12 +200,7 @@ class UnifiedKVPool:
     # ----- introspection ------------------------------------------------------------------
 
     def _idx(self, name: str) -> int:
-        try:
-            return self._index[name]
-        except (KeyError, TypeError):
-            raise ArgumentError(
-                f"bad argument name = {name!r}: no such sub-pool (have {list(self._index)})"
-            ) from None
+        return self._runtime.index(name)
 
     def spec(self, name: str) -> Spec:
         """The spec of sub-pool ``name``."""

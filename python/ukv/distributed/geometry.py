@@ -69,7 +69,7 @@ class Geometry:
 
 def pool_words(pool: UnifiedKVPool) -> np.ndarray:
     """The geometry of ``pool`` as :data:`WORDS` int64 words."""
-    arena = pool._arena
+    arena = pool._runtime.arena
     n = arena.num_pools()
     out = np.full(WORDS, -1, dtype=np.int64)
     order = list(arena.move_order())
@@ -78,7 +78,7 @@ def pool_words(pool: UnifiedKVPool) -> np.ndarray:
     out[7] = pool.page_size
     for i in range(n):
         info = arena.pool_info(i)
-        t = pool._tables[i]
+        t = pool._runtime.tables[i]
         out[HEAD_WORDS + POOL_WORDS * i :][:POOL_WORDS] = [
             info["entry_bytes"],
             info["page_size"],

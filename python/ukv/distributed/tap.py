@@ -62,18 +62,18 @@ class PlanTap:
     """
 
     def __init__(self, pool: UnifiedKVPool) -> None:
-        if getattr(pool, "_tp_tap", None) is not None:
+        if pool._runtime.tap is not None:
             from ukv.errors import PoolConfigError
 
             raise PoolConfigError("invalid pool: it is already tapped by a tensor-parallel mode")
         self.pool = pool
-        self.arena = pool._arena
-        self.log = StepLog([int(t.v2p.numel() + t.p2v.numel()) for t in pool._tables])
+        self.arena = pool._runtime.arena
+        self.log = StepLog([int(t.v2p.numel() + t.p2v.numel()) for t in pool._runtime.tables])
         self.digests: list[int] = []
         self.labels: list[str] = []
         self._inner: Callable[..., Any] = pool._runtime.run
         pool._runtime.run = self._run  # type: ignore[method-assign]
-        pool._tp_tap = self  # type: ignore[attr-defined]
+        pool._runtime.tap = self
 
     def _run(self, want_ids: bool = False, last: Any = None) -> torch.Tensor | None:
         out = self._inner(want_ids, last)

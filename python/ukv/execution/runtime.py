@@ -65,9 +65,25 @@ class PoolRuntime:
         self.cuda_index = device.index if device.type == "cuda" else -1
         self.ring = getattr(self.executor, "ring", None) if device.type == "cuda" else None
         names = [i["name"] for i in self.info]
+        self._index = {name: i for i, name in enumerate(names)}
         self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
+        # The tensor-parallel tap wrapping ``run`` (ukv.distributed.tap), when one is set.
+        self.tap: Any = None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
+
+    def index(self, name: str) -> int:
+        """The index of sub-pool ``name``.
+
+        Raises:
+            ArgumentError: no sub-pool has that name.
+        """
+        try:
+            return self._index[name]
+        except (KeyError, TypeError):
+            raise ArgumentError(
+                f"bad argument name = {name!r}: no such sub-pool (have {list(self._index)})"
+            ) from None
 
     # ----- plans --------------------------------------------------------------------------
 

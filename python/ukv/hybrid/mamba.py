@@ -37,7 +37,7 @@ class MambaSlots:
     def __init__(self, pool: UnifiedKVPool, name: str) -> None:
         self._pool = pool
         self._alloc = pool.allocator(name)
-        self._index = pool._idx(name)
+        self._index = pool._runtime.index(name)
         self.name = name
         self._group: list[int] | None = None
         self._reserved = np.empty(0, dtype=np.int64)
@@ -62,7 +62,7 @@ class MambaSlots:
                     return None
                 got = np.concatenate([got, rest.numpy()])
             ids = torch.from_numpy(np.ascontiguousarray(got))
-            return ids if host else ids.to(self._pool._tables[self._index].device)
+            return ids if host else ids.to(self._pool._runtime.tables[self._index].device)
         return self._alloc.alloc(n, host=host)
 
     def free(self, ids: torch.Tensor) -> None:
@@ -152,9 +152,9 @@ class MambaHybridAllocator(SubPoolAllocator):
             raise ArgumentError(
                 f"bad argument mamba = {mamba!r}: {type(pool.spec(mamba)).__name__} is not a Mamba sub-pool"
             )
-        super().__init__(pool._runtime, pool._idx(full))
+        super().__init__(pool._runtime, pool._runtime.index(full))
         self._pool = pool
-        self._mamba = pool._idx(mamba)
+        self._mamba = pool._runtime.index(mamba)
         self.mamba_slots = MambaSlots(pool, mamba)
 
     def mamba_slot_full_token_cost(self) -> int:

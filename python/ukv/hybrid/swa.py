@@ -48,7 +48,7 @@ class SWAHybridAllocator(SubPoolAllocator):
     """
 
     def __init__(self, pool: UnifiedKVPool, full: str = "full", swa: str = "swa") -> None:
-        f, s = pool._idx(full), pool._idx(swa)
+        f, s = pool._runtime.index(full), pool._runtime.index(swa)
         for name in (full, swa):
             if not isinstance(pool.spec(name), MHASpec):
                 raise ArgumentError(
