@@ -27,7 +27,7 @@ from ukv.distributed.transport import CHUNK_WORDS, Channel
 from ukv.distributed.wire import MSG_HEADER, Record, read_records
 from ukv.errors import ArgumentError, PoolConfigError
 from ukv.execution.forwards import Forwards
-from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec
+from ukv.specs import MambaSpec, MHASpec, Spec
 
 __all__ = ["FollowerPool", "FollowerStep"]
 
@@ -94,7 +94,11 @@ class FollowerPool:
         self._index = {s.name: i for i, s in enumerate(self._specs)}
         self.raw = torch.zeros(geo.total_bytes, dtype=torch.uint8, device=self.device)
         self._tables = self._load_tables(hello[2 + WORDS :])
-        self._views = [self._build_views(s, p) for s, p in zip(self._specs, geo.pools)]
+        # A sub-pool's words (geometry.POOL_WORDS): entry bytes, page size, page bytes, pages, …
+        self._views = [
+            layout.views_for(self.raw, s, words[1], words[3])
+            for s, words in zip(self._specs, geo.pools)
+        ]
         self._replay = Replayer(self.raw, self._tables, [p[2] for p in geo.pools], geo.move_order)
         # The forwards reported, numbered as on the leader (no core to retire them in).
         self._forwards = Forwards()
@@ -107,15 +111,6 @@ class FollowerPool:
             out.append(torch.from_numpy(words[at : at + n].copy()).to(self.device))
             at += n
         return out
-
-    def _build_views(self, spec: Spec, words: tuple[int, ...]) -> Any:
-        page_size, num_pages = words[1], words[3]
-        if isinstance(spec, MHASpec):
-            return layout.mha_views(self.raw, spec, page_size, num_pages)
-        if isinstance(spec, MLASpec):
-            return layout.mla_views(self.raw, spec, page_size, num_pages)
-        assert isinstance(spec, MambaSpec)
-        return layout.state_views(self.raw, spec, num_pages)
 
     # ----- steps ---------------------------------------------------------------------------
 
