@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from ukv import layout, ops
-from ukv.distributed.digest import chain, digest_words
-from ukv.distributed.divergence import StepFacts, check_step
+from ukv.distributed.digest import digest_words
+from ukv.distributed.divergence import check_plans
 from ukv.distributed.geometry import WORDS, Geometry, spec_mismatch
 from ukv.distributed.group import Group
 from ukv.distributed.leader import agree, check_modes
@@ -148,14 +148,13 @@ class FollowerPool:
 
     def _check(self, step: int, records: list[Record]) -> None:
         digests = [digest_words(r.words) for r in records]
-        tables = [digest_words(t.cpu().numpy()) for t in self._tables] if self.check_tables else []
-        word = chain([step, *digests, *tables])
+        tables = [t.cpu().numpy() for t in self._tables] if self.check_tables else None
 
-        def facts() -> StepFacts:
+        def account() -> tuple[list[str], list[str]]:
             labels = ["(applied from the leader)"] * len(records)
-            return StepFacts(digests, labels, [r.describe() for r in records], tables)
+            return labels, [r.describe() for r in records]
 
-        check_step(self.group, step, word, facts, [s.name for s in self._specs])
+        check_plans(self.group, step, digests, tables, account, [s.name for s in self._specs])
 
     def set_inflight_forward(self, event: Any) -> None:
         """Report a forward just launched, at the same point the leader reports its own
