@@ -73,11 +73,9 @@ class _Mirror:
         i = self.pool.names.index(name)
         spec, words = self.pool.spec(name), self.geo.pools[i]
         v2p = self.tables[i][: words[6]]
-        if isinstance(spec, ukv.MHASpec):
-            k, v = layout.mha_views(self.raw, spec, words[1], words[3])
-            return v2p, [*k, *v]
-        conv, temporal = layout.state_views(self.raw, spec, words[3])
-        return v2p, [*conv, temporal]
+        # As FollowerPool builds them: (k, v) per MHA layer, (conv, temporal) for a state.
+        first, second = layout.views_for(self.raw, spec, words[1], words[3])
+        return v2p, [*first, *second] if isinstance(spec, ukv.MHASpec) else [*first, second]
 
     def check(self) -> None:
         assert torch.equal(self.raw, self.pool.raw), "the replayed bytes differ from the pool's"
