@@ -19,7 +19,8 @@ import torch
 
 import ukv
 from ukv import layout, ops
-from ukv.distributed.divergence import DivergenceError, StepFacts, _explain
+from ukv.distributed.digest import digest_words
+from ukv.distributed.divergence import DivergenceError, StepFacts, _explain, check_plans
 from ukv.distributed.geometry import Geometry, pool_words, spec_mismatch
 from ukv.distributed.group import Group
 from ukv.distributed.replay import Replayer
@@ -72,11 +73,9 @@ class _Mirror:
         i = self.pool.names.index(name)
         spec, words = self.pool.spec(name), self.geo.pools[i]
         v2p = self.tables[i][: words[6]]
-        if isinstance(spec, ukv.MHASpec):
-            k, v = layout.mha_views(self.raw, spec, words[1], words[3])
-            return v2p, [*k, *v]
-        conv, temporal = layout.state_views(self.raw, spec, words[3])
-        return v2p, [*conv, temporal]
+        # As FollowerPool builds them: (k, v) per MHA layer, (conv, temporal) for a state.
+        first, second = layout.views_for(self.raw, spec, words[1], words[3])
+        return v2p, [*first, *second] if isinstance(spec, ukv.MHASpec) else [*first, second]
 
     def check(self) -> None:
         assert torch.equal(self.raw, self.pool.raw), "the replayed bytes differ from the pool's"
@@ -195,6 +194,76 @@ def test_the_divergence_message_names_step_plan_and_calls() -> None:
     assert short.op == 1 and "(no such plan)" in str(short)
     tables = _explain(4, [StepFacts([], [], [], [5, 6]), StepFacts([], [], [], [5, 9])], ["f", "m"])
     assert tables.op is None and tables.label == ["m"] and "sub-pools ['m']" in str(tables)
+
+
+class _TwoRanks:
+    """A stand-in for a two-rank group, in one process: rank 1 gathers ``peer_word``
+    (None: the same word as this rank) and ``peer_facts``; this rank's values are kept."""
+
+    rank, size = 0, 2
+
+    def __init__(self, peer_word: int | None = None, peer_facts: object = None) -> None:
+        self.peer_word, self.peer_facts = peer_word, peer_facts
+        self.word: int | None = None
+        self.facts: object = None
+
+    def all_gather_word(self, value: int) -> list[int]:
+        self.word = value
+        return [value, value if self.peer_word is None else self.peer_word]
+
+    def all_gather_object(self, obj: object) -> list[object]:
+        self.facts = obj
+        return [obj, self.peer_facts]
+
+
+def _tapped_step() -> tuple[ukv.UnifiedKVPool, PlanTap, _Mirror]:
+    """A pool, its tap and a mirror that has replayed one step of three plans."""
+    pool = ukv.UnifiedKVPool(24 << 10, _specs(False), page_size=2, device="cpu")
+    tap = PlanTap(pool)
+    mirror = _Mirror(pool, tap)
+    kv = pool.allocator("full")
+    ids = kv.alloc(4, host=True)
+    pool.allocator("mamba").alloc(1)
+    kv.free(ids[:2])
+    assert tap.labels == ["SubPoolAllocator.alloc"] * 2 + ["SubPoolAllocator.free"]
+    return pool, tap, mirror
+
+
+def _no_account() -> tuple[list[str], list[str]]:
+    raise AssertionError("an account was asked for although the ranks agree")
+
+
+@pytest.mark.parametrize("check_tables", [False, True])
+def test_leader_and_follower_fold_a_step_into_the_same_word(check_tables: bool) -> None:
+    pool, tap, mirror = _tapped_step()
+    leader = _TwoRanks()
+    tap.check(leader, 0, check_tables)  # type: ignore[arg-type]
+    msg = tap.log.message(0).copy()
+    mirror.apply_step()
+    # What FollowerPool._check folds: digests of the records it received, its own tables.
+    digests = [digest_words(r.words) for r in read_records(msg, mirror.lens)]
+    tables = [t.cpu().numpy() for t in mirror.tables] if check_tables else None
+    follower, later = _TwoRanks(), _TwoRanks()
+    for group, step in ((follower, 0), (later, 1)):
+        check_plans(group, step, digests, tables, _no_account, list(pool.names))  # type: ignore[arg-type]
+    assert leader.word is not None and leader.word == follower.word
+    assert leader.facts is None, "agreeing ranks must not exchange their accounts"
+    assert later.word != leader.word, "the step number is part of the word"
+
+
+def test_a_differing_peer_gets_the_taps_account_of_the_step() -> None:
+    _, tap, _ = _tapped_step()
+    labels = ["SubPoolAllocator.alloc", "SubPoolAllocator.alloc", "SubPoolAllocator.alloc"]
+    peer = StepFacts([*tap.digests[:2], 1], labels, ["a", "b", "c"], [0, 0])
+    group = _TwoRanks(peer_word=12345, peer_facts=peer)
+    with pytest.raises(DivergenceError, match="step 3, plan 2") as info:
+        tap.check(group, 3, check_tables=True)  # type: ignore[arg-type]
+    assert info.value.label == ["SubPoolAllocator.free", "SubPoolAllocator.alloc"]
+    mine = group.facts
+    assert isinstance(mine, StepFacts)
+    assert mine.digests == tap.digests and mine.labels == tap.labels
+    assert mine.summaries == [r.describe() for r in tap.log.records()]
+    assert mine.tables == [digest_words(t) for t in tap.host_tables()]
 
 
 def test_a_follower_spec_must_match_the_leaders_geometry() -> None:

@@ -324,6 +324,18 @@ def test_move_pages_misaligned_buffer_uses_narrower_words(device):
     assert torch.equal(raw, expected)
 
 
+@pytest.mark.parametrize(("offset", "word"), [(0, torch.int64), (4, torch.int32), (1, torch.uint8)])
+def test_word_envelope_is_the_whole_pages_as_words(offset, word):
+    raw = _random_bytes(11 * 24 + 3 + offset, "cpu")
+    buf = raw[offset:]  # a partial page at the end, and the offset limits the word
+    env = ops._word_envelope(buf, 24)
+    assert env.words.dtype == word and env.num_units == 11
+    assert env.unit_words * word.itemsize == 24
+    assert env.words.data_ptr() == buf.data_ptr()
+    assert torch.equal(env.words.view(torch.uint8), buf[: 11 * 24])
+    assert (env.block, env.tiles, env.chunks) == ops._envelope_tiling(env.unit_words, word.itemsize)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_move_pages_many_chunks_per_page(device, monkeypatch):
     """A page spans several programs (axis 1) and several tiles each, the last partial."""

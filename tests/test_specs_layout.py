@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ukv.errors import ArgumentError, PoolConfigError
-from ukv.layout import mha_views, mla_views, page_envelope_view, state_views
+from ukv.layout import mha_views, mla_views, page_envelope_view, state_views, views_for
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, reserved_floor
 
 PAGE_SIZES = (1, 8, 16)
@@ -528,6 +528,43 @@ def test_page_envelope_view_rows_are_physical_pages() -> None:
     assert nonzero_pages == [3]
     pages[3].zero_()
     assert not k[2].any() and not v[2].any()
+
+
+def _geometry(view: torch.Tensor) -> tuple[Any, ...]:
+    """Everything that places a view over its buffer."""
+    return (view.dtype, tuple(view.shape), view.stride(), view.storage_offset())
+
+
+def _flat_views(views: Any) -> list[torch.Tensor]:
+    """A sub-pool's views in a flat list, whatever its kind's nesting."""
+    if isinstance(views, torch.Tensor):
+        return [views]
+    return [t for part in views for t in _flat_views(part)]
+
+
+@pytest.mark.parametrize("page_size", (1, 16))
+def test_views_for_builds_each_kind_like_its_builder(page_size: int) -> None:
+    raw = torch.zeros(1 << 16, dtype=torch.uint8)
+    full, mla, mamba = _odd_mha(torch.bfloat16), _mla(), _odd_mamba()
+    expected = {
+        full.name: mha_views(raw, full, page_size, 3),
+        mla.name: mla_views(raw, mla, page_size, 3),
+        mamba.name: state_views(raw, mamba, 3),  # one slot per page: page_size unused
+    }
+    for spec in (full, mla, mamba):
+        got = _flat_views(views_for(raw, spec, page_size, 3))
+        want = _flat_views(expected[spec.name])
+        assert [_geometry(v) for v in got] == [_geometry(v) for v in want], spec.name
+    k, v = views_for(raw, full, page_size, 3)
+    assert len(k) == len(v) == full.layer_num
+
+
+def test_views_for_rejects_what_is_not_a_spec() -> None:
+    raw = torch.zeros(640, dtype=torch.uint8)
+    with pytest.raises(ArgumentError, match="bad argument spec = 'full'.*str"):
+        views_for(raw, "full", 1, 1)  # type: ignore[arg-type]
+    with pytest.raises(PoolConfigError, match="704 bytes.*640"):
+        views_for(raw, _mha(), 1, 11)
 
 
 # -- meta device and layout errors -------------------------------------------------------

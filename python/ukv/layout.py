@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from ukv.errors import ArgumentError, PoolConfigError
-from ukv.specs import MambaSpec, MHASpec, MLASpec, check_page_size
+from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
 
-__all__ = ["mha_views", "mla_views", "page_envelope_view", "state_views"]
+__all__ = ["mha_views", "mla_views", "page_envelope_view", "state_views", "views_for"]
 
 RAW_DTYPE = torch.uint8
 """The dtype of the pool buffer every view is built over."""
@@ -35,6 +35,40 @@ class _Pages(NamedTuple):
     num_pages: int
     page_size: int
     page_bytes: int
+
+
+def views_for(raw: torch.Tensor, spec: Spec, page_size: int, num_pages: int) -> Any:
+    """Build the views of one sub-pool of any kind, from the sub-pool's geometry.
+
+    The one dispatch from a spec to its view builder, shared by the pool and by a
+    tensor-parallel follower (which has the geometry as words, not a core).
+
+    Args:
+        raw: The pool buffer, ``shape: [total_bytes]``, dtype uint8, any device.
+        spec: The sub-pool's spec.
+        page_size: Tokens per page of the sub-pool (a Mamba sub-pool has one slot per
+            page and does not use it).
+        num_pages: Physical pages (Mamba: slots) to expose; must fit in ``raw``.
+
+    Returns:
+        What :func:`mha_views` (``(k, v)``), :func:`mla_views` (one view per layer) or
+        :func:`state_views` (``(conv, temporal)``) returns for ``spec``'s kind.
+
+    Raises:
+        ArgumentError: ``spec`` is not an MHA, MLA or Mamba spec, or ``raw`` is not a
+            contiguous 1-D uint8 tensor.
+        PoolConfigError: Sizes are invalid, do not fit in ``raw``, or are misaligned.
+    """
+    if isinstance(spec, MHASpec):
+        return mha_views(raw, spec, page_size, num_pages)
+    if isinstance(spec, MLASpec):
+        return mla_views(raw, spec, page_size, num_pages)
+    if isinstance(spec, MambaSpec):
+        return state_views(raw, spec, num_pages)
+    raise ArgumentError(
+        f"bad argument spec = {spec!r}: not an MHASpec, MLASpec or MambaSpec "
+        f"(got {type(spec).__name__})"
+    )
 
 
 def mha_views(

@@ -460,6 +460,38 @@ def _envelope_tiling(unit_words: int, word_bytes: int) -> tuple[int, int, int]:
     return block, tiles, _cdiv(unit_words, block * tiles)
 
 
+class _WordEnvelope(NamedTuple):
+    """A buffer's whole units (pages or state slots) as wide words, with the tiling that
+    copies or zeroes one unit: what the page-move, slot-clear and plan kernels take."""
+
+    words: torch.Tensor
+    unit_words: int
+    num_units: int
+    block: int
+    tiles: int
+    chunks: int
+
+
+def _word_envelope(buf: torch.Tensor, unit_bytes: int) -> _WordEnvelope:
+    """View ``buf``'s whole ``unit_bytes`` units as the widest word both the unit size and
+    the buffer's alignment allow (the trailing partial unit dropped), and tile one unit.
+
+    Args:
+        buf: A byte buffer, ``shape: [total_bytes]``, uint8, contiguous.
+        unit_bytes: Bytes per unit (> 0).
+
+    Returns:
+        ``words: shape [num_units * unit_words]``, the unit's length in words, the number
+        of whole units, and ``(BLOCK, TILES, chunks per unit)`` as
+        :func:`_envelope_tiling` gives them.
+    """
+    word = _word_dtype(buf, unit_bytes)
+    words = _unit_rows(buf, unit_bytes).view(-1).view(word)
+    unit_words = unit_bytes // word.itemsize
+    tiling = _envelope_tiling(unit_words, word.itemsize)
+    return _WordEnvelope(words, unit_words, buf.numel() // unit_bytes, *tiling)
+
+
 def _launch_move(
     buf: torch.Tensor,
     page_bytes: int,
@@ -468,10 +500,7 @@ def _launch_move(
     update: TableUpdate | None,
 ) -> None:
     """One launch of the page-move kernel (pages as wide words, optional table update)."""
-    word = _word_dtype(buf, page_bytes)
-    words = _unit_rows(buf, page_bytes).view(-1).view(word)
-    page_words = page_bytes // word.itemsize
-    block, tiles, num_chunks = _envelope_tiling(page_words, word.itemsize)
+    words, page_words, num_pages, block, tiles, num_chunks = _word_envelope(buf, page_bytes)
     num_pairs = src.numel()
     num_updates = 0 if update is None else update.idx.numel()
     # Stand-ins for unused pointer arguments (an empty tensor may hold a null pointer);
@@ -490,7 +519,7 @@ def _launch_move(
         tab_val,
         num_pairs,
         page_words,
-        buf.numel() // page_bytes,
+        num_pages,
         num_updates,
         0 if update is None else tables.numel(),
         src.stride(0),
@@ -580,17 +609,14 @@ def copy_slots(buf: torch.Tensor, entry_bytes: int, src: torch.Tensor, dst: torc
 
 
 def _launch_clear(buf: torch.Tensor, entry_bytes: int, slots: torch.Tensor) -> None:
-    word = _word_dtype(buf, entry_bytes)
-    words = _unit_rows(buf, entry_bytes).view(-1).view(word)
-    slot_words = entry_bytes // word.itemsize
-    block, tiles, num_chunks = _envelope_tiling(slot_words, word.itemsize)
+    words, slot_words, num_slots, block, tiles, num_chunks = _word_envelope(buf, entry_bytes)
     grid = (slots.numel(), num_chunks)
     _state_k.clear_slots_kernel[grid](
         words,
         slots,
         slots.numel(),
         slot_words,
-        buf.numel() // entry_bytes,
+        num_slots,
         slots.stride(0),
         BLOCK=block,
         TILES=tiles,

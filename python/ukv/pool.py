@@ -168,7 +168,10 @@ class UnifiedKVPool:
         self._info = rt.info
         self._faults = rt.faults
         self._exec = rt.executor
-        self._views = [self._build_views(s, info) for s, info in zip(self._specs, self._info)]
+        self._views = [
+            layout.views_for(self.raw, s, info["page_size"], info["num_pages"])
+            for s, info in zip(self._specs, self._info)
+        ]
         # set_kv's validated views and launch geometry, per MHA sub-pool and layer (lazily).
         self._store_targets: dict[str, list[ops.StoreTarget]] = {}
         self._store_fast: dict[str, list[StoreLauncher | None]] = {}
@@ -176,14 +179,6 @@ class UnifiedKVPool:
         logger.info("%s", self.summary())
 
     # ----- construction helpers -----------------------------------------------------------
-
-    def _build_views(self, spec: Spec, info: dict[str, Any]) -> Any:
-        if isinstance(spec, MHASpec):
-            return layout.mha_views(self.raw, spec, info["page_size"], info["num_pages"])
-        if isinstance(spec, MLASpec):
-            return layout.mla_views(self.raw, spec, info["page_size"], info["num_pages"])
-        assert isinstance(spec, MambaSpec)
-        return layout.state_views(self.raw, spec, info["num_pages"])
 
     def summary(self) -> str:
         """One line describing the pool: size, floor, and each sub-pool's geometry."""

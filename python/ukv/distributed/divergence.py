@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from ukv.distributed.digest import chain, digest_words
 from ukv.distributed.group import Group
 from ukv.errors import UkvError
 
-__all__ = ["DivergenceError", "StepFacts", "check_step"]
+__all__ = ["DivergenceError", "StepFacts", "check_plans", "check_step"]
 
 
 class DivergenceError(UkvError, RuntimeError):
@@ -73,6 +76,42 @@ def check_step(
         return
     everyone: list[StepFacts] = group.all_gather_object(facts())
     raise _explain(step, everyone, names)
+
+
+def check_plans(
+    group: Group,
+    step: int,
+    digests: list[int],
+    tables: list[np.ndarray] | None,
+    account: Callable[[], tuple[list[str], list[str]]],
+    names: list[str],
+) -> None:
+    """Fold a step's plan digests (and tables) into this rank's word and compare ranks.
+
+    Every mode's ranks (replicated, leader, follower) make their word here, so the values
+    and their order are the same on every rank by construction.
+
+    Args:
+        group: The ranks.
+        step: The step number (same on every rank).
+        digests: One digest per plan of the step, in execution order.
+        tables: Each sub-pool's ``[v2p | p2v]`` as int64 host words, or None when the
+            tables are not checked.
+        account: Makes ``(labels, summaries)``: the API call behind each plan and what it
+            did (called only when the words differ).
+        names: Sub-pool names, for the message.
+
+    Raises:
+        DivergenceError: As :func:`check_step`.
+    """
+    table_digests = [] if tables is None else [digest_words(t) for t in tables]
+    word = chain([step, *digests, *table_digests])
+
+    def facts() -> StepFacts:
+        labels, summaries = account()
+        return StepFacts(list(digests), labels, summaries, table_digests)
+
+    check_step(group, step, word, facts, names)
 
 
 def _explain(step: int, facts: list[StepFacts], names: list[str]) -> DivergenceError:

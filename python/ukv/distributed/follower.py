@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from ukv import layout, ops
-from ukv.distributed.digest import chain, digest_words
-from ukv.distributed.divergence import StepFacts, check_step
+from ukv.distributed.digest import digest_words
+from ukv.distributed.divergence import check_plans
 from ukv.distributed.geometry import WORDS, Geometry, spec_mismatch
 from ukv.distributed.group import Group
 from ukv.distributed.leader import agree, check_modes
@@ -27,7 +27,7 @@ from ukv.distributed.transport import CHUNK_WORDS, Channel
 from ukv.distributed.wire import MSG_HEADER, Record, read_records
 from ukv.errors import ArgumentError, PoolConfigError
 from ukv.execution.forwards import Forwards
-from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec
+from ukv.specs import MambaSpec, MHASpec, Spec
 
 __all__ = ["FollowerPool", "FollowerStep"]
 
@@ -94,7 +94,11 @@ class FollowerPool:
         self._index = {s.name: i for i, s in enumerate(self._specs)}
         self.raw = torch.zeros(geo.total_bytes, dtype=torch.uint8, device=self.device)
         self._tables = self._load_tables(hello[2 + WORDS :])
-        self._views = [self._build_views(s, p) for s, p in zip(self._specs, geo.pools)]
+        # A sub-pool's words (geometry.POOL_WORDS): entry bytes, page size, page bytes, pages, …
+        self._views = [
+            layout.views_for(self.raw, s, words[1], words[3])
+            for s, words in zip(self._specs, geo.pools)
+        ]
         self._replay = Replayer(self.raw, self._tables, [p[2] for p in geo.pools], geo.move_order)
         # The forwards reported, numbered as on the leader (no core to retire them in).
         self._forwards = Forwards()
@@ -107,15 +111,6 @@ class FollowerPool:
             out.append(torch.from_numpy(words[at : at + n].copy()).to(self.device))
             at += n
         return out
-
-    def _build_views(self, spec: Spec, words: tuple[int, ...]) -> Any:
-        page_size, num_pages = words[1], words[3]
-        if isinstance(spec, MHASpec):
-            return layout.mha_views(self.raw, spec, page_size, num_pages)
-        if isinstance(spec, MLASpec):
-            return layout.mla_views(self.raw, spec, page_size, num_pages)
-        assert isinstance(spec, MambaSpec)
-        return layout.state_views(self.raw, spec, num_pages)
 
     # ----- steps ---------------------------------------------------------------------------
 
@@ -153,14 +148,13 @@ class FollowerPool:
 
     def _check(self, step: int, records: list[Record]) -> None:
         digests = [digest_words(r.words) for r in records]
-        tables = [digest_words(t.cpu().numpy()) for t in self._tables] if self.check_tables else []
-        word = chain([step, *digests, *tables])
+        tables = [t.cpu().numpy() for t in self._tables] if self.check_tables else None
 
-        def facts() -> StepFacts:
+        def account() -> tuple[list[str], list[str]]:
             labels = ["(applied from the leader)"] * len(records)
-            return StepFacts(digests, labels, [r.describe() for r in records], tables)
+            return labels, [r.describe() for r in records]
 
-        check_step(self.group, step, word, facts, [s.name for s in self._specs])
+        check_plans(self.group, step, digests, tables, account, [s.name for s in self._specs])
 
     def set_inflight_forward(self, event: Any) -> None:
         """Report a forward just launched, at the same point the leader reports its own

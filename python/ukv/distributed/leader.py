@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ukv.distributed.digest import chain, digest_words
-from ukv.distributed.divergence import StepFacts, check_step
 from ukv.distributed.geometry import pool_words
 from ukv.distributed.group import Group
 from ukv.distributed.tap import PlanTap
@@ -92,22 +90,11 @@ class LeaderPool:
             try:
                 self.channel.send(tap.log.message(step))
                 if self.check:
-                    self._check(step)
+                    tap.check(self.group, step, self.check_tables)
             finally:
                 tap.new_step()
                 self.step_index += 1
         return step
-
-    def _check(self, step: int) -> None:
-        tap = self._tap
-        tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
-        word = chain([step, *tap.digests, *tables])
-
-        def facts() -> StepFacts:
-            summaries = [r.describe() for r in tap.log.records()]
-            return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
-
-        check_step(self.group, step, word, facts, list(self.pool.names))
 
 
 def check_modes(check: bool, check_tables: bool) -> int:

@@ -55,11 +55,7 @@ class Replayer:
         raw = self.raw
         if not self.triton:
             return (_as_records(ops._unit_rows(raw, page_bytes).numpy()),)
-        word = ops._word_dtype(raw, page_bytes)
-        words = ops._unit_rows(raw, page_bytes).view(-1).view(word)
-        page_words = page_bytes // word.itemsize
-        block, tiles, chunks = ops._envelope_tiling(page_words, word.itemsize)
-        return (words, page_words, raw.numel() // page_bytes, block, tiles, chunks)
+        return ops._word_envelope(raw, page_bytes)
 
     def apply(self, rec: Record, payload: torch.Tensor) -> None:
         """Carry out one record's moves, rows and resets.

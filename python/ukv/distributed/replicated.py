@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ukv.distributed.digest import chain, digest_words
-from ukv.distributed.divergence import StepFacts, check_step
 from ukv.distributed.geometry import pool_words
 from ukv.distributed.group import Group
 from ukv.distributed.leader import check_modes
@@ -87,22 +85,11 @@ class ReplicatedPool:
         with self.pool.lock:  # no other thread's plan joins the step while it is compared
             try:
                 if self.check:
-                    self._check(step)
+                    tap.check(self.group, step, self.check_tables)
             finally:
                 tap.new_step()
                 self.step_index += 1
         return step
-
-    def _check(self, step: int) -> None:
-        tap = self._tap
-        tables = [digest_words(t) for t in tap.host_tables()] if self.check_tables else []
-        word = chain([step, *tap.digests, *tables])
-
-        def facts() -> StepFacts:
-            summaries = [r.describe() for r in tap.log.records()]
-            return StepFacts(list(tap.digests), list(tap.labels), summaries, tables)
-
-        check_step(self.group, step, word, facts, list(self.pool.names))
 
 
 def _agree_on_geometry(group: Group, pool: UnifiedKVPool, modes: int) -> None:

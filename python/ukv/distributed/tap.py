@@ -5,6 +5,8 @@ the tap wraps it, so after the pool's own executor has carried the plan out, the
 plan is packed again (ids and table rows always included) into the step's
 :class:`~ukv.distributed.wire.StepLog`, with the name of the API call that made it.
 Nothing changes for the pool itself; the cost is one pack and one digest per plan.
+At the end of a step, :meth:`PlanTap.check` compares it across ranks: the one check of
+both modes whose ranks have a core (replicated, and leader mode's rank 0).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 import torch
 
 from ukv.distributed.digest import digest_words
+from ukv.distributed.divergence import check_plans
+from ukv.distributed.group import Group
 from ukv.distributed.wire import StepLog
 from ukv.execution import base as execution_base
 from ukv.execution.base import PLAN_RESETS
@@ -95,6 +99,20 @@ class PlanTap:
         self.log.reset()
         self.digests.clear()
         self.labels.clear()
+
+    def check(self, group: Group, step: int, check_tables: bool) -> None:
+        """Compare this step's plans (and, with ``check_tables``, the core's tables)
+        across ``group``; call it before :meth:`new_step`.
+
+        Raises:
+            DivergenceError: The ranks' plans or tables differ (names the step and plan).
+        """
+        tables = self.host_tables() if check_tables else None
+        check_plans(group, step, self.digests, tables, self._account, list(self.pool.names))
+
+    def _account(self) -> tuple[list[str], list[str]]:
+        """The API call behind each plan of the step and what each plan did."""
+        return list(self.labels), [r.describe() for r in self.log.records()]
 
     def host_tables(self) -> list[np.ndarray]:
         """The core's ``[v2p | p2v]`` of every sub-pool (host memory, no copy of v2p)."""

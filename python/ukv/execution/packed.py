@@ -95,11 +95,8 @@ class PackedExecutor(Executor):
             self._geo.append(self._geometry(raw, t, i))
 
     def _geometry(self, raw: torch.Tensor, tables: DeviceTables, info: dict) -> _Geometry:
-        page_bytes = int(info["page_bytes"])
-        word = ops._word_dtype(raw, page_bytes)
-        words = ops._unit_rows(raw, page_bytes).view(-1).view(word)
-        page_words = page_bytes // word.itemsize
-        block, tiles, chunks = ops._envelope_tiling(page_words, word.itemsize)
+        env = ops._word_envelope(raw, int(info["page_bytes"]))
+        block, tiles = env.block, env.tiles
         table = tables.both if tables.both is not None else self._scratch
         pool = len(self._geo) if hasattr(self, "_geo") else 0
         constexprs = tuple(
@@ -116,13 +113,13 @@ class PackedExecutor(Executor):
             for has_tok in (False, True)
         )
         return _Geometry(
-            words,
-            words.data_ptr(),
-            page_words,
-            raw.numel() // page_bytes,
+            env.words,
+            env.words.data_ptr(),
+            env.unit_words,
+            env.num_units,
             block,
             tiles,
-            chunks,
+            env.chunks,
             table,
             table.data_ptr(),
             table.numel() if tables.both is not None else 0,
