@@ -180,7 +180,9 @@ class SubPoolAllocator:
             ArgumentError: mismatched lengths, a prefix longer than its sequence, a wrong
                 ``extend_num_tokens``, a GPU ``last_loc`` on another device than the
                 pool's, or (CPU ``last_loc``) a last token that is not live or not at its
-                request's page offset.
+                request's page offset. Only requests that continue a page (the prefix ends
+                inside one and the request grows) read ``last_loc``, so only theirs is
+                checked; the others' entries are ignored.
         """
         del prefix_lens, seq_lens
         pre = _convert.cpu_lengths("prefix_lens_cpu", prefix_lens_cpu)
@@ -220,7 +222,8 @@ class SubPoolAllocator:
         Raises:
             ArgumentError: mismatched lengths, a length below 1, a GPU ``last_loc`` on
                 another device than the pool's, or (CPU ``last_loc``) a last token that is
-                not live or not at its request's page offset.
+                not live or not at its request's page offset (checked for the requests whose
+                new token continues a page; one that starts a page does not read it).
         """
         del seq_lens
         seq = _convert.cpu_lengths("seq_lens_cpu", seq_lens_cpu)
