@@ -182,11 +182,10 @@ def read_tables(*tables: tuple[ConfigFields, Table]) -> list[dict[str, int]]:
                 if str(err) not in malformed:
                     malformed.append(str(err))
         results.append(dict(got))
-    model_type = tables[0][0].model_type
     if missing and not malformed:
-        raise MissingKeys(model_type, missing)
+        raise MissingKeys(tables[0][0].model_type, missing)
     if malformed:
-        named = [str(MissingKeys(model_type, missing))] if missing else []
+        named = [str(MissingKeys(tables[0][0].model_type, missing))] if missing else []
         raise PoolConfigError("; ".join(named + malformed))
     return results
 
@@ -275,7 +274,14 @@ class Family:
     text_config: Literal["top", "nested", "either"] = "top"
 
     def __call__(self, cfg: ConfigFields, name: str) -> ModelShape:
-        """Read ``cfg`` into the unsharded shape named ``name``.
+        """Read a config into its cache shape.
+
+        Args:
+            cfg: The whole config (its ``text_config`` is found here).
+            name: The shape's name.
+
+        Returns:
+            The unsharded shape, as :func:`~ukv.models.config_fields.assemble` builds it.
 
         Raises:
             PoolConfigError: A key is missing or malformed (every such key of the tables
