@@ -515,6 +515,28 @@ def test_missing_key_is_named(name: str, key: str) -> None:
         models.from_hf_config(cfg)
 
 
+def test_every_unmapped_key_is_named_at_once() -> None:
+    cfg = fixture_config("Nemotron-Nano-9B-v2")
+    for key in ("mamba_num_heads", "n_groups", "num_attention_heads"):
+        del cfg[key]
+    missing = (
+        "nemotron_h config is missing keys 'mamba_num_heads', 'n_groups', 'num_attention_heads'"
+    )
+    with pytest.raises(ukv.PoolConfigError, match=f"^{missing}$"):
+        models.from_hf_config(cfg)
+    cfg["ssm_state_size"] = 0
+    malformed = "nemotron_h config key 'ssm_state_size' must be an int >= 1, got 0"
+    with pytest.raises(ukv.PoolConfigError, match=f"^{missing}; {malformed}$"):
+        models.from_hf_config(cfg)
+    # Llama's KV-head and head_dim defaults need the query heads: named once, not thrice.
+    cfg = fixture_config("Llama-3.1-8B")
+    del cfg["num_attention_heads"]
+    with pytest.raises(
+        ukv.PoolConfigError, match="^llama config is missing key 'num_attention_heads'$"
+    ):
+        models.from_hf_config(cfg)
+
+
 def test_nemotron_attention_head_dim_is_an_accepted_spelling() -> None:
     cfg = fixture_config("Nemotron-Nano-9B-v2")
     cfg["attention_head_dim"] = cfg.pop("head_dim")

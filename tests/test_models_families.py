@@ -298,6 +298,18 @@ def test_transformers_defaults_fill_omitted_keys() -> None:
     assert "no_rope_layers" not in config("Llama-4-Scout-17B-16E")["text_config"]
 
 
+def test_a_default_is_computed_only_when_its_keys_are_absent() -> None:
+    # Falcon-H1 names head_dim and mamba_d_ssm, so hidden_size feeds neither default.
+    cfg = config("Falcon-H1-7B")
+    cfg["hidden_size"] = 3001  # not a multiple of the 12 query heads
+    assert models.from_hf_config(cfg, name="Falcon-H1-7B") == models.from_hf_config(
+        FIXTURES / "Falcon-H1-7B"
+    )
+    del cfg["head_dim"]
+    with pytest.raises(ukv.PoolConfigError, match="hidden_size 3001 is not a multiple of"):
+        models.from_hf_config(cfg)
+
+
 def test_fp32_checkpoint_is_served_bf16_unless_told() -> None:
     shape = models.from_hf_config(FIXTURES / "Gemma-2-9B")
     assert config("Gemma-2-9B")["torch_dtype"] == "float32"

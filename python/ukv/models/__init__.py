@@ -18,8 +18,8 @@ spec. Modules: :mod:`~ukv.models.attention` (KV geometry: GQA, sliding, chunked,
 state formulas), :mod:`~ukv.models.layers` (layer patterns), :mod:`~ukv.models.sharding`
 (tensor-parallel rules), :mod:`~ukv.models.shape`, :mod:`~ukv.models.presets`,
 :mod:`~ukv.models.hf_config` (the reader) with :mod:`~ukv.models.config_fields`,
-:mod:`~ukv.models.families_state` and :mod:`~ukv.models.families_attention` (one reader per
-family), :mod:`~ukv.models.dtypes` (SGLang's and vLLM's cache dtypes),
+:mod:`~ukv.models.family` (a reader as field tables), :mod:`~ukv.models.families_state` and
+:mod:`~ukv.models.families_attention` (the tables of each family), :mod:`~ukv.models.dtypes` (SGLang's and vLLM's cache dtypes),
 :mod:`~ukv.models.hub_cache` (the local Hugging Face cache), :mod:`~ukv.models.loader`.
 """
 

@@ -21,7 +21,7 @@ from ukv.models.layers import LayerKind
 from ukv.models.shape import ModelShape
 from ukv.models.state import Mixer, StateShape
 
-__all__ = ["DEFAULT_DTYPE", "ConfigFields", "assemble", "serving_dtype"]
+__all__ = ["DEFAULT_DTYPE", "ConfigFields", "MissingKeys", "assemble", "serving_dtype"]
 
 DEFAULT_DTYPE = torch.bfloat16
 """Serving dtype when the config names none, or names fp32 (engines serve an fp32
@@ -34,6 +34,23 @@ DTYPES: Mapping[str, torch.dtype] = {
 }
 
 _NO_DEFAULT = object()
+
+
+class MissingKeys(PoolConfigError):
+    """Config keys that are absent and have no default, named together.
+
+    Args:
+        model_type: The family, for the message.
+        keys: The keys as a message shows them (with any nesting prefix), in reading order.
+    """
+
+    def __init__(self, model_type: str, keys: Sequence[str]) -> None:
+        self.model_type = model_type
+        self.keys = tuple(keys)
+        noun = "key" if len(self.keys) == 1 else "keys"
+        super().__init__(
+            f"{model_type} config is missing {noun} {', '.join(repr(k) for k in self.keys)}"
+        )
 
 
 class ConfigFields:
@@ -54,9 +71,9 @@ class ConfigFields:
         """``key`` as a message shows it (with the nesting prefix)."""
         return self.prefix + key
 
-    def missing(self, key: str) -> PoolConfigError:
+    def missing(self, key: str) -> MissingKeys:
         """The error for a key that is absent and has no default."""
-        return PoolConfigError(f"{self.model_type} config is missing key {self.key(key)!r}")
+        return MissingKeys(self.model_type, [self.key(key)])
 
     def has(self, key: str) -> bool:
         """Whether ``key`` is present and not null."""

@@ -1,10 +1,11 @@
 """Read a local Hugging Face ``config.json`` into a :class:`ModelShape` (no network).
 
 One reader per ``model_type`` (:mod:`ukv.models.families_state` for the families with
-recurrent state, :mod:`ukv.models.families_attention` for the attention-only ones); each
-names the config keys it uses, in the config's own spelling, and fails with a
-:class:`ukv.PoolConfigError` naming the first key that is missing or malformed. Where a
-published config leaves a key out because the transformers config class supplies a
+recurrent state, :mod:`ukv.models.families_attention` for the attention-only ones), each a
+:class:`~ukv.models.family.Family`: field tables that name the config keys in the config's
+own spelling, and a layer-pattern decoder. A refusal is a :class:`ukv.PoolConfigError`
+naming the layer pattern's bad key, else every table key that is missing or malformed.
+Where a published config leaves a key out because the transformers config class supplies a
 default, the reader applies that default (Gemma 3's head counts, Mistral's window, ...).
 
 Dtypes: the cache follows the serving dtype (``torch_dtype`` / ``dtype``, an fp32
