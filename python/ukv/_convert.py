@@ -10,6 +10,7 @@ paths, and only when the caller keeps ids on the device). Every rejection is an
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -18,6 +19,20 @@ from ukv.errors import ArgumentError
 
 ID_DTYPES = (torch.int32, torch.int64)
 NP_ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def sub_pool_index(index: Mapping[str, int], name: object) -> int:
+    """The index of sub-pool ``name`` in ``index`` (name -> index).
+
+    Raises:
+        ArgumentError: no sub-pool has that name.
+    """
+    try:
+        return index[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ArgumentError(
+            f"bad argument name = {name!r}: no such sub-pool (have {list(index)})"
+        ) from None
 
 
 def host_ids(name: str, value: object) -> np.ndarray:

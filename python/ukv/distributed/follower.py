@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ukv import layout, ops
+from ukv import _convert, layout, ops
 from ukv.distributed.digest import digest_words
 from ukv.distributed.divergence import check_plans
 from ukv.distributed.geometry import WORDS, Geometry, spec_mismatch
@@ -167,12 +167,7 @@ class FollowerPool:
     # ----- what a model worker uses ------------------------------------------------------
 
     def _idx(self, name: str) -> int:
-        try:
-            return self._index[name]
-        except (KeyError, TypeError):
-            raise ArgumentError(
-                f"bad argument name = {name!r}: no such sub-pool (have {list(self._index)})"
-            ) from None
+        return _convert.sub_pool_index(self._index, name)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -78,12 +78,7 @@ class PoolRuntime:
         Raises:
             ArgumentError: no sub-pool has that name.
         """
-        try:
-            return self._index[name]
-        except (KeyError, TypeError):
-            raise ArgumentError(
-                f"bad argument name = {name!r}: no such sub-pool (have {list(self._index)})"
-            ) from None
+        return _convert.sub_pool_index(self._index, name)
 
     # ----- plans --------------------------------------------------------------------------
 
