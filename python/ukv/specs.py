@@ -237,8 +237,25 @@ class Spec(abc.ABC):
         return index
 
 
+class _TokenRows:
+    """What a spec of token rows in one ``dtype`` (MHA, MLA) shares: how the buffer is
+    viewed for it."""
+
+    dtype: torch.dtype
+
+    @property
+    def store_dtype(self) -> torch.dtype:
+        """Dtype the buffer is viewed as: ``uint8`` for fp8, else ``dtype``."""
+        return store_dtype_for(self.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per stored element."""
+        return self.store_dtype.itemsize
+
+
 @dataclass(frozen=True)
-class MHASpec(Spec):
+class MHASpec(_TokenRows, Spec):
     """Paged multi-head attention KV: per layer, one K row and one V row per token.
 
     Within a page the bytes are ``[L0_K×ps | L0_V×ps | L1_K×ps | L1_V×ps | …]``; a K row is
@@ -277,16 +294,6 @@ class MHASpec(Spec):
             object.__setattr__(self, "v_head_dim", self.head_dim)
         self._normalize_positive_int("v_head_dim")
         self._check_dtype("dtype")
-
-    @property
-    def store_dtype(self) -> torch.dtype:
-        """Dtype the buffer is viewed as: ``uint8`` for fp8, else ``dtype``."""
-        return store_dtype_for(self.dtype)
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per stored element."""
-        return self.store_dtype.itemsize
 
     @property
     def value_head_dim(self) -> int:
@@ -348,7 +355,7 @@ class MHASpec(Spec):
 
 
 @dataclass(frozen=True)
-class MLASpec(Spec):
+class MLASpec(_TokenRows, Spec):
     """Paged multi-head latent attention: one compressed latent row per layer per token.
 
     A row holds ``kv_lora_rank + qk_rope_head_dim`` store elements (the V part is its
@@ -381,16 +388,6 @@ class MLASpec(Spec):
         self._normalize_positive_int("kv_lora_rank")
         self._normalize_positive_int("qk_rope_head_dim")
         self._check_dtype("dtype")
-
-    @property
-    def store_dtype(self) -> torch.dtype:
-        """Dtype the buffer is viewed as: ``uint8`` for fp8, else ``dtype``."""
-        return store_dtype_for(self.dtype)
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per stored element."""
-        return self.store_dtype.itemsize
 
     @property
     def latent_dim(self) -> int:
