@@ -167,7 +167,6 @@ class UnifiedKVPool:
         self._tables = rt.tables
         self._info = rt.info
         self._faults = rt.faults
-        self._exec = rt.executor
         self._views = [
             layout.views_for(self.raw, s, info["page_size"], info["num_pages"])
             for s, info in zip(self._specs, self._info)
@@ -177,6 +176,11 @@ class UnifiedKVPool:
         self._store_fast: dict[str, list[StoreLauncher | None]] = {}
         self._allocators = [SubPoolAllocator(rt, i) for i in range(len(self._specs))]
         logger.info("%s", self.summary())
+
+    @property
+    def _exec(self) -> Any:
+        """The executor of plans (internal; tests look at its kind)."""
+        return self._runtime.executor
 
     # ----- construction helpers -----------------------------------------------------------
 
@@ -303,8 +307,9 @@ class UnifiedKVPool:
         Raises:
             ArgumentError: bad layer, shapes, dtypes or devices.
         """
-        if self._runtime.poisoned is not None:
+        if self._runtime.poisoned is not None or self._runtime.released is not None:
             self._runtime.check_usable()
+            self._runtime.check_resident("set_kv")
         fast = self._store_fast.get(name)
         if (
             fast is not None
@@ -354,6 +359,7 @@ class UnifiedKVPool:
         """
         with self._lock:  # translate + gather in one step: a compaction may not intervene
             self._runtime.check_usable()
+            self._runtime.check_resident("get_cpu_copy")
             views, phys = self._gather_targets(name, ids)
             return host_copy.copy_out(views, phys, non_blocking)
 
@@ -369,6 +375,7 @@ class UnifiedKVPool:
         """
         with self._lock:
             self._runtime.check_usable()
+            self._runtime.check_resident("load_cpu_copy")
             views, phys = self._gather_targets(name, ids)
             slots = isinstance(self._specs[self._idx(name)], MambaSpec)
             host_copy.check_copy(views, copy, phys.numel(), slots)
@@ -469,6 +476,7 @@ class UnifiedKVPool:
         rt = self._runtime
         with self._lock:
             rt.check_usable()
+            rt.check_resident("set_inflight_forward")
             if not self.lazy:
                 # Eager pools hold no pages for a forward: retire what completed now, so
                 # an engine that never calls flush keeps no events (memory stays flat).
@@ -494,6 +502,55 @@ class UnifiedKVPool:
         with self._lock:
             self._runtime.check_not_capturing("sync_frees")
             self._runtime.settle(wait=True)
+
+    # ----- giving the buffer's memory back (memory saver) ------------------------------------
+
+    def release_memory(self, *, keep_contents: bool = False) -> None:
+        """Give the byte buffer's device memory back, keeping every table, id and size.
+
+        What SGLang's memory saver does around weight updates (``enable_memory_saver``):
+        the allocator state stays, the bytes go. It applies every queued free first
+        (waiting for the GPU if it must), waits once for the device, shrinks the buffer's
+        storage to nothing and returns the freed blocks to the driver
+        (``torch.cuda.empty_cache()``). Until :meth:`resume_memory`, calls that read,
+        write or move bytes (alloc, free, group boundaries, flush, clear, ``set_kv``,
+        host copies) raise :class:`~ukv.errors.ArgumentError`; queries (sizes, stats,
+        translation, the tables) still answer. Views handed out before stay valid objects
+        and see the buffer again after the resume; do not touch them in between.
+
+        Args:
+            keep_contents: Copy the bytes to host memory first and put them back on
+                resume (costs a host copy of the whole buffer); by default the contents
+                are dropped and the buffer comes back zeroed, as a KV cache whose radix
+                tree is flushed around a weight update.
+
+        Raises:
+            ArgumentError: forwards reported in flight have not completed, the pool is
+                already released, it runs in a tensor-parallel mode, or the current stream
+                is capturing a CUDA graph. The pool is unchanged then.
+            PoolPoisonedError: the pool was poisoned.
+        """
+        with self._lock:
+            self._store_fast.clear()  # their launches hold the buffer's address
+            self._store_targets.clear()
+            self._runtime.release(bool(keep_contents))
+        logger.info("ukv pool released its %d-byte buffer", self.total_bytes)
+
+    def resume_memory(self) -> None:
+        """Take the byte buffer's memory back after :meth:`release_memory`: the bytes as
+        they were (``keep_contents=True``) or zeros, every table and id as they were.
+
+        Raises:
+            ArgumentError: the pool's memory is not released.
+        """
+        with self._lock:
+            self._runtime.resume()
+        logger.info("ukv pool resumed its %d-byte buffer", self.total_bytes)
+
+    @property
+    def memory_released(self) -> bool:
+        """Whether the byte buffer's memory is given back (:meth:`release_memory`)."""
+        return self._runtime.released is not None
 
     @property
     def failed_frees(self) -> list[FailedFree]:

@@ -9,6 +9,7 @@ source and, in the same plan, never a destination).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -37,9 +38,10 @@ class HostExecutor(Executor):
         infos: list[dict],
     ) -> None:
         super().__init__(arena, tables, wait, work_mask)
+        self._raw = raw  # the arrays below alias its memory: keep it alive with them
         self._rows = [
             _as_records(
-                layout.page_envelope_view(raw, int(i["page_bytes"]), int(i["num_pages"])).numpy()
+                _alias(layout.page_envelope_view(raw, int(i["page_bytes"]), int(i["num_pages"])))
             )
             for i in infos
         ]
@@ -55,6 +57,18 @@ class HostExecutor(Executor):
                 rows = self._rows[i]
                 rows[dst] = rows[src]
         return None
+
+
+def _alias(view: torch.Tensor) -> np.ndarray:
+    """A NumPy array over a contiguous CPU uint8 view's memory. Unlike ``Tensor.numpy()``
+    it leaves the storage resizable (torch pins a storage exported to NumPy), so the pool
+    can give its buffer's memory back (``release_memory``); the executor is rebuilt when
+    the memory comes back."""
+    assert view.device.type == "cpu" and view.dtype == torch.uint8 and view.is_contiguous()
+    if view.numel() == 0:
+        return np.empty(tuple(view.shape), dtype=np.uint8)
+    memory = (ctypes.c_uint8 * view.numel()).from_address(view.data_ptr())
+    return np.ctypeslib.as_array(memory).reshape(tuple(view.shape))
 
 
 def _as_records(rows: np.ndarray) -> np.ndarray:

@@ -60,15 +60,26 @@ class PoolRuntime:
         # Continuations of a device last_loc that failed their check (on the tables' device).
         self.faults = FaultRecord(table_device)
         self.forwards = Forwards()
-        self.executor = make_executor(raw, arena, self.tables, self.info, self.forwards.wait)
-        self.run = self.executor.run
+        self.raw = raw
         self.cuda_index = device.index if device.type == "cuda" else -1
-        self.ring = getattr(self.executor, "ring", None) if device.type == "cuda" else None
         names = [i["name"] for i in self.info]
         self._index = {name: i for i, name in enumerate(names)}
         self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
         # The tensor-parallel tap wrapping ``run`` (ukv.distributed.tap), when one is set.
         self.tap: Any = None
+        # Why the byte buffer's memory is given back (release_memory), None while it is held.
+        self.released: str | None = None
+        self._backup: torch.Tensor | None = None
+        self._build_executor()
+
+    def _build_executor(self) -> None:
+        """The executor for the buffer as it is now (its launches cache the buffer's
+        address, so a buffer given back and resumed needs a new one)."""
+        self.executor = make_executor(
+            self.raw, self.arena, self.tables, self.info, self.forwards.wait
+        )
+        self.run = self.executor.run
+        self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
 
@@ -116,13 +127,71 @@ class PoolRuntime:
             raise PoolPoisonedError(f"the pool is unusable: {self.poisoned}")
 
     def check_not_capturing(self, what: str) -> None:
-        """Refuse a mutating call while the current stream captures a CUDA graph: its
-        host tables would commit while its kernels were only captured."""
+        """Refuse a mutating call while the current stream captures a CUDA graph (its
+        host tables would commit while its kernels were only captured), or while the
+        buffer's memory is given back (a plan may move bytes)."""
+        if self.released is not None:
+            self.check_resident(what)
         if self.cuda_index >= 0 and torch._C._cuda_isCurrentStreamCapturing():
             raise ArgumentError(
                 f"bad call {what}: the current stream is capturing a CUDA graph; allocate, "
                 "free and flush outside capture (translate_kv_loc and set_kv are capturable)"
             )
+
+    def check_resident(self, what: str) -> None:
+        """Refuse a call that reads, writes or moves the buffer's bytes while its memory is
+        given back."""
+        if self.released is not None:
+            raise ArgumentError(
+                f"bad call {what}: the pool's memory is released ({self.released}); call "
+                "resume_memory() first"
+            )
+
+    # ----- giving the buffer's memory back -------------------------------------------------
+
+    def release(self, keep_contents: bool) -> None:
+        """Give the byte buffer's memory back; tables and ids stay (see
+        :meth:`ukv.UnifiedKVPool.release_memory`)."""
+        self.check_usable()
+        self.check_not_capturing("release_memory")
+        if self.tap is not None:
+            raise ArgumentError(
+                "bad call release_memory: the pool runs in a tensor-parallel mode; release "
+                "is not supported there"
+            )
+        self.forwards.retire(self.arena)
+        if self.forwards:
+            raise ArgumentError(
+                f"bad call release_memory: {len(self.forwards.events)} reported forward(s) "
+                "have not completed; wait for them (and retire_completed()) first"
+            )
+        self.settle(wait=True)  # queued frees may move pages: apply them while bytes exist
+        if self.cuda_index >= 0:
+            with torch.cuda.device(self.cuda_index):
+                torch.cuda.synchronize()  # no kernel may still read or write the buffer
+        self._backup = self.raw.to("cpu", copy=True) if keep_contents else None
+        self.raw.untyped_storage().resize_(0)
+        self.executor = None  # type: ignore[assignment]
+        self.run = _released_run
+        self.ring = None
+        if self.cuda_index >= 0:
+            with torch.cuda.device(self.cuda_index):
+                torch.cuda.empty_cache()  # back to the driver, not only to torch's cache
+        self.released = "contents kept on the host" if keep_contents else "contents dropped"
+
+    def resume(self) -> None:
+        """Take the buffer's memory back: its bytes as they were (``keep_contents``) or
+        zeros; a new executor for the new address."""
+        if self.released is None:
+            raise ArgumentError("bad call resume_memory: the pool's memory is not released")
+        self.raw.untyped_storage().resize_(self.raw.numel())
+        if self._backup is not None:
+            self.raw.copy_(self._backup)
+            self._backup = None
+        elif self.raw.device.type != "meta":
+            self.raw.zero_()
+        self._build_executor()
+        self.released = None
 
     def ids_out(self, ids: np.ndarray) -> torch.Tensor:
         """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
@@ -295,3 +364,9 @@ class PoolRuntime:
                 res = op()
             out = self.execute(res is not None and want_ids and self.returns_ids, last)
         return res, out
+
+
+def _released_run(want_ids: bool = False, last: Any = None) -> Any:
+    """The executor's place while the buffer is given back: every path that plans refuses
+    before it reaches this, so reaching it is a bug."""
+    raise AssertionError("a plan was executed while the pool's memory was released")
