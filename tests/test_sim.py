@@ -14,7 +14,6 @@ from ukv.errors import ArgumentError
 from ukv.hybrid.swa import SWAHybridAllocator
 from ukv.sim import baselines, engine, traces
 from ukv.sim.backends import (
-    PaddedBackend,
     SplitBackend,
     UnifiedBackend,
     sglang_default_share,
@@ -100,16 +99,6 @@ def test_sglang_default_shares():
     assert sglang_default_share(QWEN) == pytest.approx(0.9 / 1.9)
     # swa_full_tokens_ratio 0.8 with equal bytes per token: 0.8 / 1.8 of the bytes.
     assert sglang_default_share(GPT_OSS) == pytest.approx(0.8 / 1.8)
-
-
-def test_padded_block_rule():
-    b = PaddedBackend(QWEN, 100 * 3152 * KV)
-    assert b.B == 16 * -(-STATE // (16 * KV)) == 3152 and b.cap == 100
-    assert b.admit(0)  # the state takes one whole block
-    z, _ = _one(1)
-    assert b.grow(np.array([0]), z, np.array([3153]))  # two more blocks
-    # 97 blocks left: a new state and 96 blocks of tokens fit, one token more does not.
-    assert b.used == 3 and b.fits(1, 96 * 3152) and not b.fits(1, 96 * 3152 + 1)
 
 
 def test_unified_backend_counts_moves_and_returns_everything():
