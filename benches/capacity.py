@@ -166,7 +166,11 @@ def _markdown(meta: dict, goal: dict, rows: list) -> str:
         "docs/SIMULATOR.md.",
         "",
         "Served = output tokens per simulated second over the whole trace. Ratio columns are "
-        "unified ÷ that layout.",
+        "unified ÷ that layout: `sglang-default` is SGLang's default ratios with the radix "
+        "cache off, `padded` is vLLM's single page size in vLLM's dtypes (prefix caching off), "
+        "its ratio taken against the unified pool in the same dtypes. A run that rejected "
+        "requests (one did not fit its layout even alone) enters no ratio: its cell says "
+        "`failed` with the count, and the goals leave it out (listed under the table).",
         "",
     ]
     if "runs_at" in meta:
@@ -188,26 +192,49 @@ def _markdown(meta: dict, goal: dict, rows: list) -> str:
     ]
     for g, v in goal.items():
         lines.append(f"| {g} | {'met' if v['met'] else 'NOT met'} | {v['worst_ratio']:.2f} "
-                     f"({v['worst_at']}) | {v['geomean_ratio']:.2f} |")  # fmt: skip
+                     f"({v['worst_at']}) | {v['geomean_ratio']:.2f} ({v['runs']} runs) |")  # fmt: skip
+    left_out = {g: v["excluded"] for g, v in goal.items() if v["excluded"]}
+    if left_out:
+        lines.append("")
+        for g, where in left_out.items():
+            lines.append(f"Left out of *{g}* (a run rejected requests): {', '.join(where)}.")
     lines += [
         "",
         "## Runs",
         "",
-        "| model | trace | unified tok/s | ÷ sglang-default | ÷ oracle (share) | ÷ padded | "
-        "peak req (uni / oracle / padded) | retractions uni | moved/freed uni |",
+        "| model | trace | unified tok/s | ÷ sglang-default (radix off) | ÷ oracle (share) | "
+        "÷ padded (vLLM dtypes) | peak req (uni / oracle / padded) | retractions uni | "
+        "moved/freed uni |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        L, q = r["layouts"], r["ratios"]
+        L = r["layouts"]
         lines.append(
-            f"| {r['model']} | {r['trace']} | {L['unified']['served_tok_s']:,.0f} | "
-            f"{q['sglang-default']:.2f} | {q['oracle-static']:.2f} ({L['oracle-static']['share']:.3f}) | "
-            f"{q['padded']:.2f} | {L['unified']['peak_running']} / {L['oracle-static']['peak_running']} / "
+            f"| {r['model']} | {r['trace']} | {_served(L['unified'])} | "
+            f"{_ratio(r, 'sglang-default')} | {_ratio(r, 'oracle-static')} "
+            f"({L['oracle-static']['share']:.3f}) | {_ratio(r, 'padded')} | "
+            f"{L['unified']['peak_running']} / {L['oracle-static']['peak_running']} / "
             f"{L['padded']['peak_running']} | {L['unified']['retractions']} | "
             f"{L['unified']['moved_per_freed']:.2f} |"
         )
     lines.append("")
     return "\n".join(lines)
+
+
+def _served(summary: dict) -> str:
+    """Served tokens per second, or the failure when the run rejected requests."""
+    if summary["rejected"]:
+        return f"failed ({summary['rejected']} rejected)"
+    return f"{summary['served_tok_s']:,.0f}"
+
+
+def _ratio(row: dict, label: str) -> str:
+    """A ratio cell: the number, or why there is none (a run rejected requests)."""
+    q = row["ratios"].get(label)
+    if q is not None:
+        return f"{q:.2f}"
+    why = row.get("failures", {})
+    return "failed: " + "; ".join(f"{k} {v}" for k, v in why.items())
 
 
 if __name__ == "__main__":

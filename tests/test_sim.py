@@ -220,3 +220,55 @@ def test_cli_simulate(tmp_path, capsys):
     assert summary["layouts"]["unified"]["completed"] == 60
     if HAS_MPL:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----- ratios only between runs that served the same requests ------------------------------
+
+
+def _summary(served: float, rejected: int, completed: int = 10) -> dict:
+    return {"served_tok_s": served, "rejected": rejected, "completed": completed}
+
+
+def test_a_run_with_rejections_enters_no_ratio():
+    c = baselines.Comparison(
+        {"unified": _summary(100.0, 0), "sglang-default": _summary(150.0, 2, 8),
+         "oracle-static": _summary(50.0, 0)},  # fmt: skip
+        {},
+        0.5,
+    )
+    # The split "served" more only because it dropped two requests: no ratio, a failure.
+    assert c.ratio("sglang-default") is None and c.ratio("oracle-static") == 2.0
+    assert c.ratios() == {"sglang-default": None, "oracle-static": 2.0}
+    assert c.failures() == {"sglang-default": "2 of 10 requests rejected"}
+
+
+def _row(trace: str, ratio: float | None, unified_rejected: int = 0) -> dict:
+    return {"model": "m", "trace": trace, "kind": "mamba",
+            "layouts": {"unified": {"rejected": unified_rejected}},
+            "ratios": {"oracle-static": ratio, "sglang-default": 2.0, "padded": 1.1}}  # fmt: skip
+
+
+def test_goals_leave_out_failed_runs_and_fail_when_unified_rejects():
+    g = baselines.goals([_row("chat", 1.2), _row("long", None)])
+    stationary = g["unified >= oracle on stationary traces"]
+    assert stationary["met"] and stationary["runs"] == 1 and stationary["excluded"] == ["m / long"]
+    g = baselines.goals([_row("chat", 1.2), _row("long", None, unified_rejected=1)])
+    assert not g["unified >= oracle on stationary traces"]["met"]
+
+
+def test_oracle_never_picks_a_split_that_rejects_requests():
+    # 4 GiB: at a 0.8 state share the full side holds ~35K tokens, so the 100K-token
+    # request is rejected there while the chat requests run 4x wider; at 0.2 it fits.
+    chat = traces.chat(150, seed=2)
+    t = traces.Trace(
+        "mix",
+        np.append(chat.arrival, 0.0)[np.r_[150, :150]],
+        np.append(chat.prompt_len, 100_000)[np.r_[150, :150]],
+        np.append(chat.output_len, 8)[np.r_[150, :150]],
+    )
+    assert not SplitBackend(QWEN, 4 << 30, 0.8, 16, "s").fits_alone(100_008)
+    c = baselines.compare(QWEN, 4 << 30, t, sweep=(0.2, 0.8))
+    assert c.summaries["oracle-static"]["rejected"] == 0 and c.oracle_share < 0.8
+    assert dict(c.sweep)[0.8] > dict(c.sweep)[c.oracle_share]  # it served more, by dropping one
+    assert c.ratio("oracle-static") is not None
+    assert c.summaries["sglang-default"]["label"] == "SGLang default ratios, radix cache off"

@@ -29,8 +29,15 @@ def _z(n: int = 1) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "full, other, group",
-    [(12, 36, 12), (4, 27, 4), (10, 52, 10), (18, 18, 18), (12, 13, 13), (10, 14, 14),
-     (10, 15, 10)],  # fmt: skip
+    [
+        (12, 36, 12),
+        (4, 27, 4),
+        (10, 52, 10),
+        (18, 18, 18),
+        (12, 13, 13),
+        (10, 14, 14),
+        (10, 15, 10),
+    ],  # fmt: skip
 )
 def test_group_size_is_the_smaller_count_unless_the_larger_is_close(full, other, group):
     assert vllm_group_size(full, other) == group == vllm_group_size(other, full)
@@ -97,4 +104,20 @@ def test_swa_model_pads_the_last_group_and_slides_the_window():
     assert b.grow(np.array([0]), _z(), np.array([2048]))
     assert b.used == 128 + 6 * win and b.bytes_freed == 6 * (128 - win) * g.block
     assert not b.grow(np.array([1]), _z(), np.array([16 * 130]))  # 7 x 130 > what is left
-    assert b.fits(1, 16 * (1000 - b.used - 6 * win)) and not b.fits(1, 16 * (1001 - b.used - 6 * win))
+    assert b.fits(1, 16 * (1000 - b.used - 6 * win)) and not b.fits(
+        1, 16 * (1001 - b.used - 6 * win)
+    )
+
+
+def test_padded_ratio_is_taken_in_vllms_dtypes():
+    from ukv.sim import baselines, traces
+
+    c = baselines.compare(QWEN, 4 << 30, traces.chat(60, seed=1), sweep=(0.5,))
+    # Qwen3-Next: vLLM keeps the temporal state in bf16, SGLang (the preset) in fp32, so
+    # the unified pool runs a second time in vLLM's dtypes and padded is compared with it.
+    assert c.peer("padded") == "unified-vllm" and c.peer("oracle-static") == "unified"
+    mine = c.summaries["unified-vllm"]["served_tok_s"]
+    assert c.ratio("padded") == pytest.approx(mine / c.summaries["padded"]["served_tok_s"])
+    assert "unified-vllm" not in c.ratios()
+    gpt = baselines.compare(models.load("gpt-oss-120b"), 2 << 30, traces.chat(30), sweep=(0.5,))
+    assert "unified-vllm" not in gpt.summaries  # no state: the dtypes are the same

@@ -487,7 +487,8 @@ def summary_json(shape: Any, total: int, args: Any, trace: Any, cmp: Any) -> dic
         "requests": len(trace),
         "seed": getattr(args, "seed", None),
         "layouts": cmp.summaries,
-        "ratios": {k: round(cmp.ratio(k), 4) for k in cmp.summaries if k != "unified"},
+        "ratios": cmp.ratios(),
+        "failures": cmp.failures(),
         "oracle_sweep": [[s, round(v, 4)] for s, v in cmp.sweep],
     }
 
@@ -502,9 +503,15 @@ def print_table(summary: dict) -> None:
     for label, s in summary["layouts"].items():
         share = s.get("share")
         ratio = summary["ratios"].get(label)
+        # A run that rejected requests enters no ratio (it served other work): say so.
+        cell = (
+            "failed"
+            if label in summary.get("failures", {})
+            else ("" if ratio is None else f"{ratio:.2f}")
+        )
         q = s["queue_delay_s"]
         print(f"{label:<15} {'' if share is None else f'{share:.3f}':>6} {s['served_tok_s']:>9,.0f} "
-              f"{'' if ratio is None else f'{ratio:.2f}':>9} {s['completed_req_s']:>7.2f} "
+              f"{cell:>9} {s['completed_req_s']:>7.2f} "
               f"{s['peak_running']:>5} {s['mean_running']:>7.1f} {_f(q['p50']):>8} {_f(q['p99']):>8} "
               f"{s['retractions']:>7} {s['rejected']:>6} {s['moved_per_freed']:>11.3f}")  # fmt: skip
 

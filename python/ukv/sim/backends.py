@@ -234,6 +234,13 @@ class VllmBlocks(NamedTuple):
         return self.group * self.page
 
 
+def engine_shape(shape: ModelShape, engine: str) -> ModelShape:
+    """``shape`` with ``engine``'s cache-dtype convention applied to its state (conv and
+    recurrent state, :mod:`ukv.models.dtypes`), its KV dtype kept as given."""
+    kv = shape.full.dtype if shape.full is not None else None
+    return apply_engine_dtypes(shape, engine, kv=kv)[0]
+
+
 def vllm_group_size(full_layers: int, other_layers: int) -> int:
     """Layers per group in vLLM's uniform-page-size grouping: the smaller layer count, or
     the larger when it is below 1.5 times the smaller (vLLM ``v1/core/kv_cache_utils.py``,
@@ -325,9 +332,13 @@ class PaddedBackend(Backend):
         engine: str | None = "vllm",
     ) -> None:
         if engine is not None:
-            assert shape.full is not None, f"{shape.name}: a hybrid without full attention"
-            shape, _ = apply_engine_dtypes(shape, engine, kv=shape.full.dtype)
-        self.name, self.total_bytes, self.kind, self.shape = name, int(total_bytes), shape.kind, shape
+            shape = engine_shape(shape, engine)
+        self.name, self.total_bytes, self.kind, self.shape = (
+            name,
+            int(total_bytes),
+            shape.kind,
+            shape,
+        )
         self.geometry = geo = vllm_blocks(shape)
         self.B, self.block = geo.full_tokens, geo.block
         self.full_groups, self.other_groups = geo.full_groups, geo.other_groups
