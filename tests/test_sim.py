@@ -55,7 +55,7 @@ def test_jsonl_round_trip_sorts_and_names_bad_lines(tmp_path):
     assert t.arrival.tolist() == [0.5, 2.0] and t.prompt_len.tolist() == [7, 10]
     out = tmp_path / "u.jsonl"
     t.to_jsonl(out)
-    assert traces.make(str(out), 1).output_len.tolist() == [1, 3]
+    assert traces.make(str(out)).output_len.tolist() == [1, 3]
     p.write_text('{"arrival": 0, "prompt_len": 0, "output_len": 3}\n')
     with pytest.raises(ArgumentError, match="line 1"):
         traces.load_jsonl(p)
