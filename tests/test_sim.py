@@ -231,8 +231,11 @@ def _summary(served: float, rejected: int, completed: int = 10) -> dict:
 
 def test_a_run_with_rejections_enters_no_ratio():
     c = baselines.Comparison(
-        {"unified": _summary(100.0, 0), "sglang-default": _summary(150.0, 2, 8),
-         "oracle-static": _summary(50.0, 0)},  # fmt: skip
+        {
+            "unified": _summary(100.0, 0),
+            "sglang-default": _summary(150.0, 2, 8),
+            "oracle-static": _summary(50.0, 0),
+        },  # fmt: skip
         {},
         0.5,
     )
