@@ -329,7 +329,15 @@ def plan_data(args: argparse.Namespace) -> dict:
             "max_other": uni.other.available_size(),
             "reserved_floor_bytes": uni._floor,
         }
-        data["padded_block"] = {"tokens": padded.B, "bytes": padded.block, "blocks": padded.cap}
+        data["padded_block"] = {
+            "tokens": padded.B,
+            "bytes": padded.block,
+            "blocks": padded.cap,
+            # The padded layout is vLLM's, so it counts in vLLM's dtypes (ukv.sim.backends).
+            "state_bytes_per_request": (
+                padded.shape.state_bytes_per_request() if shape.state else None
+            ),
+        }
     return data
 
 
@@ -354,6 +362,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"unified pool: up to {u['max_tokens']:,} full-attention tokens (no {other}), "
               f"up to {u['max_other']:,} {other} (no tokens), reserved floor "
               f"{u['reserved_floor_bytes']:,} B")  # fmt: skip
+        vllm_state = p["state_bytes_per_request"]
+        if vllm_state is not None and vllm_state != s.shape.state_bytes_per_request():
+            print(f"padded counts in vLLM's dtypes: state {vllm_state:,} B/request")
         print(f"padded single page (vLLM): block {p['tokens']} tokens = {p['bytes']:,} B, "
               f"{p['blocks']:,} blocks")  # fmt: skip
     else:
