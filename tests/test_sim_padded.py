@@ -121,3 +121,23 @@ def test_padded_ratio_is_taken_in_vllms_dtypes():
     assert "unified-vllm" not in c.ratios()
     gpt = baselines.compare(models.load("gpt-oss-120b"), 2 << 30, traces.chat(30), sweep=(0.5,))
     assert "unified-vllm" not in gpt.summaries  # no state: the dtypes are the same
+
+
+def test_swa_pages_of_unequal_layers_hold_different_token_counts():
+    import dataclasses
+
+    assert GEMMA.swa is not None
+    half = dataclasses.replace(GEMMA, swa=dataclasses.replace(GEMMA.swa, num_kv_heads=8))
+    g = vllm_blocks(half)
+    # The sliding layers' token is half the bytes: their page holds 32 tokens, so every
+    # page is 16 tokens of a full layer (vLLM's unify_kv_cache_spec_page_size).
+    assert (g.page, g.full_tokens, g.other_tokens) == (16 * 2 * 16 * 128 * 2, 16, 32)
+
+
+def test_mla_blocks_align_to_64_tokens():
+    shape = models.load(FIXTURES / "Kimi-Linear-48B-A3B")
+    b = PaddedBackend(shape, 1 << 30)
+    assert shape.full is not None and shape.full.is_mla and b.shape.state is not None
+    kv1 = shape.full.bytes_per_token() // shape.full.num_layers
+    st1 = b.shape.state.bytes_per_layer()
+    assert b.B == 64 * math.ceil(st1 / (64 * kv1)) and b.B % 64 == 0
