@@ -14,7 +14,6 @@ from ukv.errors import ArgumentError
 from ukv.hybrid.swa import SWAHybridAllocator
 from ukv.sim import baselines, engine, traces
 from ukv.sim.backends import (
-    PaddedBackend,
     SplitBackend,
     UnifiedBackend,
     sglang_default_share,
@@ -56,7 +55,7 @@ def test_jsonl_round_trip_sorts_and_names_bad_lines(tmp_path):
     assert t.arrival.tolist() == [0.5, 2.0] and t.prompt_len.tolist() == [7, 10]
     out = tmp_path / "u.jsonl"
     t.to_jsonl(out)
-    assert traces.make(str(out), 1).output_len.tolist() == [1, 3]
+    assert traces.make(str(out)).output_len.tolist() == [1, 3]
     p.write_text('{"arrival": 0, "prompt_len": 0, "output_len": 3}\n')
     with pytest.raises(ArgumentError, match="line 1"):
         traces.load_jsonl(p)
@@ -100,16 +99,6 @@ def test_sglang_default_shares():
     assert sglang_default_share(QWEN) == pytest.approx(0.9 / 1.9)
     # swa_full_tokens_ratio 0.8 with equal bytes per token: 0.8 / 1.8 of the bytes.
     assert sglang_default_share(GPT_OSS) == pytest.approx(0.8 / 1.8)
-
-
-def test_padded_block_rule():
-    b = PaddedBackend(QWEN, 100 * 3152 * KV)
-    assert b.B == 16 * -(-STATE // (16 * KV)) == 3152 and b.cap == 100
-    assert b.admit(0)  # the state takes one whole block
-    z, _ = _one(1)
-    assert b.grow(np.array([0]), z, np.array([3153]))  # two more blocks
-    # 97 blocks left: a new state and 96 blocks of tokens fit, one token more does not.
-    assert b.used == 3 and b.fits(1, 96 * 3152) and not b.fits(1, 96 * 3152 + 1)
 
 
 def test_unified_backend_counts_moves_and_returns_everything():
@@ -231,3 +220,58 @@ def test_cli_simulate(tmp_path, capsys):
     assert summary["layouts"]["unified"]["completed"] == 60
     if HAS_MPL:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----- ratios only between runs that served the same requests ------------------------------
+
+
+def _summary(served: float, rejected: int, completed: int = 10) -> dict:
+    return {"served_tok_s": served, "rejected": rejected, "completed": completed}
+
+
+def test_a_run_with_rejections_enters_no_ratio():
+    c = baselines.Comparison(
+        {
+            "unified": _summary(100.0, 0),
+            "sglang-default": _summary(150.0, 2, 8),
+            "oracle-static": _summary(50.0, 0),
+        },  # fmt: skip
+        {},
+        0.5,
+    )
+    # The split "served" more only because it dropped two requests: no ratio, a failure.
+    assert c.ratio("sglang-default") is None and c.ratio("oracle-static") == 2.0
+    assert c.ratios() == {"sglang-default": None, "oracle-static": 2.0}
+    assert c.failures() == {"sglang-default": "2 of 10 requests rejected"}
+
+
+def _row(trace: str, ratio: float | None, unified_rejected: int = 0) -> dict:
+    return {"model": "m", "trace": trace, "kind": "mamba",
+            "layouts": {"unified": {"rejected": unified_rejected}},
+            "ratios": {"oracle-static": ratio, "sglang-default": 2.0, "padded": 1.1}}  # fmt: skip
+
+
+def test_goals_leave_out_failed_runs_and_fail_when_unified_rejects():
+    g = baselines.goals([_row("chat", 1.2), _row("long", None)])
+    stationary = g["unified >= oracle on stationary traces"]
+    assert stationary["met"] and stationary["runs"] == 1 and stationary["excluded"] == ["m / long"]
+    g = baselines.goals([_row("chat", 1.2), _row("long", None, unified_rejected=1)])
+    assert not g["unified >= oracle on stationary traces"]["met"]
+
+
+def test_oracle_never_picks_a_split_that_rejects_requests():
+    # 4 GiB: at a 0.8 state share the full side holds ~35K tokens, so the 100K-token
+    # request is rejected there while the chat requests run 4x wider; at 0.2 it fits.
+    chat = traces.chat(150, seed=2)
+    t = traces.Trace(
+        "mix",
+        np.append(chat.arrival, 0.0)[np.r_[150, :150]],
+        np.append(chat.prompt_len, 100_000)[np.r_[150, :150]],
+        np.append(chat.output_len, 8)[np.r_[150, :150]],
+    )
+    assert not SplitBackend(QWEN, 4 << 30, 0.8, 16, "s").fits_alone(100_008)
+    c = baselines.compare(QWEN, 4 << 30, t, sweep=(0.2, 0.8))
+    assert c.summaries["oracle-static"]["rejected"] == 0 and c.oracle_share < 0.8
+    assert dict(c.sweep)[0.8] > dict(c.sweep)[c.oracle_share]  # it served more, by dropping one
+    assert c.ratio("oracle-static") is not None
+    assert c.summaries["sglang-default"]["label"] == "SGLang default ratios, radix cache off"

@@ -7,9 +7,12 @@
     as ``simulate`` does), and no request is longer than the model's
     ``max_position_embeddings``. ``--plot out.png`` draws requests held vs request length.
 
-``ukv simulate --model ... --memory ... --trace chat|long|phase|file.jsonl [--plot out.png]``
+``ukv simulate --model ... --memory ... --trace chat|long|phase|FILE [--plot out.png]``
     Serve a trace on the unified pool and the baselines (same bytes), print the table,
-    optionally write the PNG (``--plot``).
+    optionally write the PNG (``--plot``). ``FILE`` is a ukv or Mooncake ``.jsonl`` or an
+    Azure 2023 ``.csv`` (:mod:`ukv.sim.traces`), replayed at its timestamps, faster with
+    ``--rate-scale K`` or at a mean ``--rate R`` requests/s; ``--requests N`` keeps its
+    first N requests.
 
 Both take ``--engine sglang|vllm`` (whose cache-dtype convention to follow, see
 :mod:`ukv.models.dtypes`), ``--kv-dtype`` / ``--state-dtype`` (explicit dtypes), and
@@ -75,9 +78,16 @@ def add_subcommands(sub: Any) -> None:
     plan.set_defaults(func=cmd_plan)
     sim = sub.add_parser("simulate", help="serve a trace on the unified pool and the baselines")
     _common(sim)
-    sim.add_argument("--trace", required=True, help="chat, long, phase, or a .jsonl file")
-    sim.add_argument("--requests", default=str(DEFAULT_REQUESTS),
-                     help="requests of a generated trace (default %(default)s)")  # fmt: skip
+    sim.add_argument("--trace", required=True,
+                     help="chat, long, phase, or a trace file: ukv or Mooncake .jsonl, Azure "
+                     "2023 .csv (replayed at its timestamps)")  # fmt: skip
+    sim.add_argument("--requests",
+                     help=f"requests of a generated trace (default {DEFAULT_REQUESTS}); of a "
+                     "file, its first N by arrival (default all)")  # fmt: skip
+    rate = sim.add_mutually_exclusive_group()
+    rate.add_argument("--rate-scale", help="replay arrivals this many times faster (2: twice "
+                      "the recorded request rate)")  # fmt: skip
+    rate.add_argument("--rate", help="replay arrivals scaled to this mean rate, requests/s")
     sim.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
     sim.add_argument("--plot", help="write the PNG here")
     sim.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -157,6 +167,19 @@ def _int_arg(value: object, flag: str, minimum: int = 1) -> int:
         number = None
     if number is None or number < minimum:
         raise ArgumentError(f"bad {flag} {value!r}: expected an integer >= {minimum}")
+    return number
+
+
+def _float_arg(value: object, flag: str) -> float | None:
+    """A command-line positive number (None stays None), or an ArgumentError naming the flag."""
+    if value is None:
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = float("nan")
+    if not (number > 0 and number != float("inf")):
+        raise ArgumentError(f"bad {flag} {value!r}: expected a positive number")
     return number
 
 
@@ -306,7 +329,15 @@ def plan_data(args: argparse.Namespace) -> dict:
             "max_other": uni.other.available_size(),
             "reserved_floor_bytes": uni._floor,
         }
-        data["padded_block"] = {"tokens": padded.B, "bytes": padded.block, "blocks": padded.cap}
+        data["padded_block"] = {
+            "tokens": padded.B,
+            "bytes": padded.block,
+            "blocks": padded.cap,
+            # The padded layout is vLLM's, so it counts in vLLM's dtypes (ukv.sim.backends).
+            "state_bytes_per_request": (
+                padded.shape.state_bytes_per_request() if shape.state else None
+            ),
+        }
     return data
 
 
@@ -331,6 +362,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"unified pool: up to {u['max_tokens']:,} full-attention tokens (no {other}), "
               f"up to {u['max_other']:,} {other} (no tokens), reserved floor "
               f"{u['reserved_floor_bytes']:,} B")  # fmt: skip
+        vllm_state = p["state_bytes_per_request"]
+        if vllm_state is not None and vllm_state != s.shape.state_bytes_per_request():
+            print(f"padded counts in vLLM's dtypes: state {vllm_state:,} B/request")
         print(f"padded single page (vLLM): block {p['tokens']} tokens = {p['bytes']:,} B, "
               f"{p['blocks']:,} blocks")  # fmt: skip
     else:
@@ -435,15 +469,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     s = _setup(args)
     shape = s.shape
-    requests = _int_arg(args.requests, "--requests")
+    requests = None if args.requests is None else _int_arg(args.requests, "--requests")
     if args.plot and not shape.is_hybrid:
         raise ArgumentError(
             f"--plot compares layouts, but model {shape.name!r} has one kind of cache "
             f"({shape.kind}): every layout is the same single pool"
         )
-    trace, dropped = _within_context(
-        traces.make(args.trace, requests, args.seed), shape.max_position_embeddings
+    trace = traces.rescale(
+        traces.make(args.trace, requests, args.seed),
+        rate_scale=_float_arg(getattr(args, "rate_scale", None), "--rate-scale"),
+        rate=_float_arg(getattr(args, "rate", None), "--rate"),
     )
+    trace, dropped = _within_context(trace, shape.max_position_embeddings)
     progress = not args.no_progress and sys.stderr.isatty()
     t0 = time.perf_counter()
     if shape.is_hybrid:
@@ -484,10 +521,12 @@ def summary_json(shape: Any, total: int, args: Any, trace: Any, cmp: Any) -> dic
         if isinstance(args.page_size, int)
         else _int_arg(args.page_size, "--page-size"),
         "trace": trace.name,
+        "trace_origin": trace.origin,
         "requests": len(trace),
         "seed": getattr(args, "seed", None),
         "layouts": cmp.summaries,
-        "ratios": {k: round(cmp.ratio(k), 4) for k in cmp.summaries if k != "unified"},
+        "ratios": cmp.ratios(),
+        "failures": cmp.failures(),
         "oracle_sweep": [[s, round(v, 4)] for s, v in cmp.sweep],
     }
 
@@ -502,9 +541,15 @@ def print_table(summary: dict) -> None:
     for label, s in summary["layouts"].items():
         share = s.get("share")
         ratio = summary["ratios"].get(label)
+        # A run that rejected requests enters no ratio (it served other work): say so.
+        cell = (
+            "failed"
+            if label in summary.get("failures", {})
+            else ("" if ratio is None else f"{ratio:.2f}")
+        )
         q = s["queue_delay_s"]
         print(f"{label:<15} {'' if share is None else f'{share:.3f}':>6} {s['served_tok_s']:>9,.0f} "
-              f"{'' if ratio is None else f'{ratio:.2f}':>9} {s['completed_req_s']:>7.2f} "
+              f"{cell:>9} {s['completed_req_s']:>7.2f} "
               f"{s['peak_running']:>5} {s['mean_running']:>7.1f} {_f(q['p50']):>8} {_f(q['p99']):>8} "
               f"{s['retractions']:>7} {s['rejected']:>6} {s['moved_per_freed']:>11.3f}")  # fmt: skip
 

@@ -10,8 +10,8 @@ would ``k`` more states plus ``n`` more tokens fit (``fits``, the admission chec
 * :class:`SplitBackend` is a static split, two fixed budgets of the same total bytes,
   counted with integer arithmetic (what SGLang does with ``mamba_full_memory_ratio`` /
   ``swa_full_tokens_ratio``; the rules are in docs/SIMULATOR.md).
-* :class:`PaddedBackend` is vLLM's single page size: one pool of equal blocks, the
-  attention block padded to the state page.
+* :class:`PaddedBackend` is vLLM's single page size: one pool of equal blocks, computed
+  per layer and shared by groups of layers (:func:`vllm_blocks`), in vLLM's dtypes.
 
 Sliding-window side (SWA models), all backends alike: new tokens are written to both
 sides, so growing ``old → new`` takes ``pages(new) − pages(old)`` pages on each side
@@ -27,13 +27,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ukv.models import ModelShape
+from ukv.models.dtypes import apply_engine_dtypes
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
 """SGLang's default ``mamba_full_memory_ratio``: state bytes / full-attention bytes."""
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
 """SGLang's default ``swa_full_tokens_ratio``: SWA tokens / full-attention tokens."""
 VLLM_ALIGN = 16
-"""vLLM's attention block alignment in tokens (BENCHMARKS.md)."""
+"""vLLM's attention block alignment in tokens (FlashAttention / FlashInfer kernels)."""
+VLLM_ALIGN_MLA = 64
+"""vLLM's block alignment for MLA attention backends (``HybridAttentionMambaModelConfig``)."""
+VLLM_GROUP_SLACK = 1.5
+"""vLLM groups by the larger layer count when it is below this multiple of the smaller."""
 
 
 def pages(tokens: np.ndarray | int, page: int) -> Any:
@@ -213,40 +218,133 @@ def sglang_default_share(shape: ModelShape) -> float:
     return r * swa / (kv + r * swa)
 
 
-class PaddedBackend(Backend):
-    """vLLM's one page size: one pool of equal blocks (BENCHMARKS.md).
+class VllmBlocks(NamedTuple):
+    """vLLM's one block size for a hybrid model (see :func:`vllm_blocks`)."""
 
-    Mamba models: the attention block is ``B = 16·ceil(state / (16·kv_per_token))``
-    tokens, a block is ``B·kv_per_token`` bytes (the state padded up to it), and a request
-    holds one block for its state plus ``ceil(tokens / B)``. SWA models: layers are cut
-    into groups of ``g = min(full layers, SWA layers)`` (the last padded), a block is 16
-    tokens of one group; a request holds ``ceil(tokens / 16)`` blocks per full group and
-    the window's blocks per SWA group.
+    page: int  # bytes of one layer's page (every layer's page is this size)
+    group: int  # layers per group; a block id costs ``group * page`` bytes
+    full_tokens: int  # tokens of one full-attention page
+    other_tokens: int  # tokens of one SWA page (Mamba: 0, a state page holds one state)
+    full_groups: int  # groups of full-attention layers (the last one padded)
+    other_groups: int  # groups of state / SWA layers (the last one padded)
+
+    @property
+    def block(self) -> int:
+        """Bytes one block id costs: one page in each of the ``group`` layers it spans."""
+        return self.group * self.page
+
+
+def engine_shape(shape: ModelShape, engine: str) -> ModelShape:
+    """``shape`` with ``engine``'s cache-dtype convention applied to its state (conv and
+    recurrent state, :mod:`ukv.models.dtypes`), its KV dtype kept as given."""
+    kv = shape.full.dtype if shape.full is not None else None
+    return apply_engine_dtypes(shape, engine, kv=kv)[0]
+
+
+def vllm_group_size(full_layers: int, other_layers: int) -> int:
+    """Layers per group in vLLM's uniform-page-size grouping: the smaller layer count, or
+    the larger when it is below 1.5 times the smaller (vLLM ``v1/core/kv_cache_utils.py``,
+    ``_get_kv_cache_groups_uniform_page_size``)."""
+    low, high = min(full_layers, other_layers), max(full_layers, other_layers)
+    return high if high < VLLM_GROUP_SLACK * low else low
+
+
+def vllm_blocks(shape: ModelShape) -> VllmBlocks:
+    """vLLM's block geometry for ``shape``, computed per layer as vLLM does.
+
+    State models (vLLM ``model_executor/models/config.py``,
+    ``HybridAttentionMambaModelConfig.verify_and_update_config``; newer releases
+    ``Platform._align_hybrid_block_size``, no prefix caching): with ``kv1`` one attention
+    layer's KV bytes per token and ``st1`` one state layer's bytes per request, the
+    attention block is ``B = a * ceil(st1 / (a * kv1))`` tokens (``a`` the attention
+    kernel's alignment: 16, MLA 64), and each state page is padded to ``B * kv1``. SWA
+    models: 16-token pages; when the two kinds' per-layer bytes differ, the smaller one's
+    page holds more tokens so that every page has the same size (vLLM's
+    ``unify_kv_cache_spec_page_size``). Then layers are grouped
+    (:func:`vllm_group_size`) and every group shares the block ids.
+
+    Args:
+        shape: A hybrid model (one rank), in the dtypes vLLM would use.
+
+    Returns:
+        VllmBlocks: the page, group and block counts.
+    """
+    full = shape.full
+    assert full is not None and shape.is_hybrid, f"{shape.name}: not a hybrid model"
+    kv1 = full.bytes_per_token() // full.num_layers
+    if shape.kind == "mamba":
+        assert shape.state is not None
+        other_layers = shape.state.num_layers
+        align = VLLM_ALIGN_MLA if full.is_mla else VLLM_ALIGN
+        tokens = align * math.ceil(shape.state.bytes_per_layer() / (align * kv1))
+        page, other_tokens = tokens * kv1, 0
+    else:
+        swa = shape._swa()
+        other_layers = swa.num_layers
+        swa1 = swa.bytes_per_token() // swa.num_layers
+        page = VLLM_ALIGN * max(kv1, swa1)
+        tokens, other_tokens = page // kv1, page // swa1
+    g = vllm_group_size(full.num_layers, other_layers)
+    return VllmBlocks(
+        page=page,
+        group=g,
+        full_tokens=tokens,
+        other_tokens=other_tokens,
+        full_groups=math.ceil(full.num_layers / g),
+        other_groups=math.ceil(other_layers / g),
+    )
+
+
+class PaddedBackend(Backend):
+    """vLLM's hybrid KV-cache manager: one pool of equal blocks (BENCHMARKS.md, "The
+    single-page-size baseline"; geometry from :func:`vllm_blocks`).
+
+    Every layer's page has one size, layers are cut into groups of ``g``, and one block
+    id is a page in each of a group's ``g`` layers (``g * page`` bytes); the pool holds
+    ``total_bytes // (g * page)`` block ids, shared by all groups. A request of ``t``
+    tokens holds ``ceil(t / B)`` blocks in each full-attention group and, Mamba, one
+    block in each state group (its padded state; no prefix caching), or, SWA, its
+    window's blocks in each SWA group (a prefill chunk first takes all its blocks, then
+    those before the window are freed, as on every layout).
 
     Args:
         shape: The model (one rank).
         total_bytes: Bytes of the pool.
         name: Label.
+        engine: Whose cache-dtype convention to apply first (:mod:`ukv.models.dtypes`):
+            ``"vllm"`` (the default: this is vLLM's layout, so its recurrent state is in
+            vLLM's dtype; the KV dtype of ``shape`` is kept), or None to take ``shape``'s
+            dtypes as they are.
+
+    Attributes:
+        shape: The shape counted (vLLM's dtypes applied).
+        geometry: The :class:`VllmBlocks`.
+        B: Tokens per full-attention block.
+        block: Bytes per block id.
+        cap: Block ids in the pool.
     """
 
-    def __init__(self, shape: ModelShape, total_bytes: int, name: str = "padded") -> None:
-        self.name, self.total_bytes, self.kind = name, int(total_bytes), shape.kind
-        kv = shape.kv_bytes_per_token()
-        if self.kind == "mamba":
-            state = shape.state_bytes_per_request()
-            self.B = VLLM_ALIGN * math.ceil(state / (VLLM_ALIGN * kv))
-            self.block = self.B * kv
-            self.full_groups, self.other_groups = 1, 0
-        else:
-            full, swa = shape.full, shape._swa()
-            assert full is not None, f"{shape.name}: a hybrid without full attention"
+    def __init__(
+        self,
+        shape: ModelShape,
+        total_bytes: int,
+        name: str = "padded",
+        engine: str | None = "vllm",
+    ) -> None:
+        if engine is not None:
+            shape = engine_shape(shape, engine)
+        self.name, self.total_bytes, self.kind, self.shape = (
+            name,
+            int(total_bytes),
+            shape.kind,
+            shape,
+        )
+        self.geometry = geo = vllm_blocks(shape)
+        self.B, self.block = geo.full_tokens, geo.block
+        self.full_groups, self.other_groups = geo.full_groups, geo.other_groups
+        if self.kind == "swa":
             self.window = _window(shape)
-            g = min(full.num_layers, swa.num_layers)
-            per_layer = max(kv // full.num_layers, shape.swa_bytes_per_token() // swa.num_layers)
-            self.B = VLLM_ALIGN
-            self.block = self.B * g * per_layer
-            self.full_groups = math.ceil(full.num_layers / g)
-            self.other_groups = math.ceil(swa.num_layers / g)
+            self.B_other = geo.other_tokens
         self.cap = self.total_bytes // self.block
         self.used = 0
         self.states = 0
@@ -254,24 +352,26 @@ class PaddedBackend(Backend):
     def admit(self, r: int) -> bool:
         if self.kind != "mamba":
             return True
-        if self.used + 1 > self.cap:
+        if self.used + self.other_groups > self.cap:
             return False
-        self.used += 1
+        self.used += self.other_groups
         self.states += 1
         return True
 
     def _blocks(self, held: Any) -> np.ndarray:
+        """Blocks of the token side(s) a request of ``held`` tokens holds between steps."""
         full = self.full_groups * pages(held, self.B)
         if self.kind == "mamba":
             return full
-        return full + self.other_groups * swa_pages(held, self.B, self.window)
+        return full + self.other_groups * swa_pages(held, self.B_other, self.window)
 
     def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
         before = self._blocks(old)
         peak = self.full_groups * pages(new, self.B)
         if self.kind == "swa":
-            sw_old = swa_pages(old, self.B, self.window)
-            peak = peak + self.other_groups * (sw_old + pages(new, self.B) - pages(old, self.B))
+            sw_old = swa_pages(old, self.B_other, self.window)
+            sw_new = pages(new, self.B_other) - pages(old, self.B_other)
+            peak = peak + self.other_groups * (sw_old + sw_new)
         if self.used + int((peak - before).sum()) > self.cap:
             return False
         after = self._blocks(new)
@@ -280,25 +380,29 @@ class PaddedBackend(Backend):
         return True
 
     def release(self, rids: np.ndarray, held: np.ndarray) -> None:
-        n = int(self._blocks(held).sum()) + (int(rids.size) if self.kind == "mamba" else 0)
+        states = int(rids.size) if self.kind == "mamba" else 0
+        n = int(self._blocks(held).sum()) + states * self.other_groups
         self.used -= n
-        self.states -= int(rids.size) if self.kind == "mamba" else 0
+        self.states -= states
         self.bytes_freed += n * self.block
 
     def fits(self, states: int, tokens: int) -> bool:
         need = self.full_groups * pages(tokens, self.B)
         if self.kind == "mamba":
-            need += states
+            need += states * self.other_groups
         else:
-            need += self.other_groups * states * window_pages(self.window, self.B)
+            need += self.other_groups * states * window_pages(self.window, self.B_other)
         return self.used + need <= self.cap
 
     def fits_alone(self, tokens: int) -> bool:
-        return int(self._blocks(np.int64(tokens))) + (self.kind == "mamba") <= self.cap
+        states = self.other_groups if self.kind == "mamba" else 0
+        return int(self._blocks(np.int64(tokens))) + states <= self.cap
 
     def usage(self) -> tuple[int, int]:
-        other = self.states * self.block if self.kind == "mamba" else 0
-        return self.used * self.block - other, other
+        if self.kind == "mamba":
+            other = self.states * self.other_groups * self.block
+            return self.used * self.block - other, other
+        return self.used * self.block, 0
 
 
 # ----- the real pool ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ COLORS = {
     "sglang-default": "tab:red",
     "oracle-static": "tab:green",
     "padded": "tab:purple",
+    "unified-vllm": "tab:cyan",
 }
 
 

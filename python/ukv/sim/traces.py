@@ -4,10 +4,26 @@ A trace is three aligned arrays sorted by arrival. The generators are seeded and
 deterministic (numpy ``default_rng``), so the same seed gives the same trace on every
 machine. Their default rates overload every preset at 40 GiB: a capacity study wants the
 queue non-empty, so that what is served is bounded by memory, not by arrivals.
+
+Files (:func:`load`, format told by its content):
+
+* ukv JSONL: ``{"arrival": s, "prompt_len": n, "output_len": n}`` a line;
+* Mooncake JSONL (kvcache-ai/Mooncake ``FAST25-release/traces``): ``{"timestamp": ms,
+  "input_length": n, "output_length": n, "hash_ids": [...]}`` a line; the ``hash_ids``
+  (shared 512-token prompt blocks) are ignored: prefix caching is not simulated;
+* Azure LLM inference CSV (Azure/AzurePublicDataset, 2023): a ``TIMESTAMP,ContextTokens,
+  GeneratedTokens`` header, then wall-clock timestamps (``2023-11-16 18:15:46.6805900``).
+
+Arrivals become seconds from the first request; :func:`rescale` then compresses or
+stretches them (``rate_scale`` times the recorded rate, or a target rate in requests per
+second), keeping the recorded spacing's shape.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +47,8 @@ LONG_RATE = 8.0
 PHASES = 4
 """Phases of a phase-shift trace (chat, long, chat, long)."""
 BUILTIN = ("chat", "long", "phase")
+DEFAULT_REQUESTS = 2000
+"""Requests of a generated trace when none is asked for."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +60,15 @@ class Trace:
         arrival: shape ``[N]`` float64, seconds of simulated time, non-decreasing.
         prompt_len: shape ``[N]`` int64, tokens (``>= 1``).
         output_len: shape ``[N]`` int64, tokens to generate (``>= 1``).
+        origin: Where it came from and how it was scaled (one line; empty for a
+            generated trace).
     """
 
     name: str
     arrival: np.ndarray
     prompt_len: np.ndarray
     output_len: np.ndarray
+    origin: str = ""
 
     def __len__(self) -> int:
         return int(self.arrival.size)
@@ -115,58 +136,231 @@ def phase(n: int, seed: int = 0, phases: int = PHASES) -> Trace:
 
 
 def load_jsonl(path: str | Path) -> Trace:
-    """Read a trace: one JSON object a line with ``arrival`` (seconds), ``prompt_len`` and
-    ``output_len`` (positive ints); blank lines are skipped; sorted by arrival (stable).
+    """Read a ukv JSONL trace: one JSON object a line with ``arrival`` (seconds),
+    ``prompt_len`` and ``output_len`` (positive ints); blank lines are skipped; sorted by
+    arrival (stable).
 
     Raises:
         ArgumentError: a missing file, a bad line (named with its number), or no requests.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ArgumentError(f"bad trace path {str(path)!r}: no such file")
-    rows = []
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
-        if line.strip():
-            rows.append(_row(line, lineno, p))
-    if not rows:
+    p = _existing(path)
+    rows = [_row(line, n, p) for n, line in _lines(p)]
+    return _trace(p, rows, "ukv jsonl")
+
+
+def load_mooncake(path: str | Path) -> Trace:
+    """Read a Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length`` a
+    line (``hash_ids`` ignored: no prefix caching); arrivals in seconds from the first.
+
+    Raises:
+        ArgumentError: a missing file, a bad line (named with its number), or no requests.
+    """
+    p = _existing(path)
+    keys = ("timestamp", "input_length", "output_length")
+    rows = [_fields(_json(line, n, p), keys, line, n, p) for n, line in _lines(p)]
+    rows = [(t / 1000.0, pl, ol) for t, pl, ol in rows]
+    return _trace(p, rows, "mooncake jsonl", from_zero=True)
+
+
+def load_azure(path: str | Path) -> Trace:
+    """Read an Azure LLM inference trace (2023): CSV with ``TIMESTAMP`` (wall clock),
+    ``ContextTokens`` and ``GeneratedTokens``; arrivals in seconds from the first.
+
+    Raises:
+        ArgumentError: a missing file, a missing column, a bad row (named with its line
+            number), or no requests.
+    """
+    p = _existing(path)
+    with open(p, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
+        if missing:
+            raise ArgumentError(
+                f"bad Azure trace {str(path)!r}: no column {', '.join(sorted(missing))} "
+                f"(header {reader.fieldnames!r})"
+            )
+        rows = [_azure_row(r, reader.line_num, p) for r in reader]
+    return _trace(p, rows, "azure csv", from_zero=True)
+
+
+def load(path: str | Path) -> Trace:
+    """Read a trace file in any of the formats of the module docstring (told apart by
+    the ``.csv`` suffix, else by the keys of the first JSON line).
+
+    Raises:
+        ArgumentError: a missing file, an unknown format, or a bad line.
+    """
+    p = _existing(path)
+    if p.suffix.lower() == ".csv":
+        return load_azure(p)
+    first = next(iter(_lines(p)), None)
+    if first is None:
         raise ArgumentError(f"bad trace {str(path)!r}: no requests")
-    a, pl, ol = (np.array(x) for x in zip(*rows))
-    order = np.argsort(a, kind="stable")
-    return Trace(
-        p.stem, a[order].astype(np.float64), pl[order].astype(np.int64), ol[order].astype(np.int64)
+    obj = _json(first[1], first[0], p)
+    if "timestamp" in obj and "input_length" in obj:
+        return load_mooncake(p)
+    if "arrival" in obj:
+        return load_jsonl(p)
+    raise ArgumentError(
+        f"bad trace {str(path)!r}: line 1 has keys {sorted(obj)!r}; expected ukv "
+        "(arrival, prompt_len, output_len) or Mooncake (timestamp, input_length, output_length)"
     )
 
 
-def _row(line: str, lineno: int, path: Path) -> tuple[float, int, int]:
+def rescale(trace: Trace, rate_scale: float | None = None, rate: float | None = None) -> Trace:
+    """Replay ``trace`` faster or slower: arrivals divided by ``rate_scale`` (2.0: twice
+    the recorded request rate), or scaled so that the mean rate over the trace is ``rate``
+    requests per second. Neither: the trace unchanged.
+
+    Raises:
+        ArgumentError: both given, a value that is not a positive finite number, or a
+            target rate for a trace whose requests all arrive at once.
+    """
+    if rate_scale is not None and rate is not None:
+        raise ArgumentError(
+            f"give one of rate_scale ({rate_scale!r}) and rate ({rate!r}), not both"
+        )
+    if rate_scale is None and rate is None:
+        return trace
+    if rate is not None:
+        _positive(rate, "rate")
+        span = float(trace.arrival[-1] - trace.arrival[0])
+        if span <= 0 or len(trace) < 2:
+            raise ArgumentError(
+                f"bad argument rate = {rate!r}: trace {trace.name!r} has no duration "
+                "(every request arrives at once), so it has no rate to scale"
+            )
+        native = (len(trace) - 1) / span
+        factor = rate / native
+    else:
+        factor = _positive(rate_scale, "rate_scale")
+    start = trace.arrival[0]
+    arrival = start + (trace.arrival - start) / factor
+    what = f"arrivals scaled x{factor:.4g}" + (f" to {rate:g} req/s" if rate is not None else "")
+    origin = f"{trace.origin}; {what}" if trace.origin else what
+    return dataclasses.replace(trace, arrival=arrival, origin=origin)
+
+
+def _positive(value: object, name: str) -> float:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not np.isfinite(value)
+        or value <= 0
+    ):
+        raise ArgumentError(f"bad argument {name} = {value!r}: must be a positive number")
+    return float(value)
+
+
+def _existing(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise ArgumentError(f"bad trace path {str(path)!r}: no such file")
+    return p
+
+
+def _lines(p: Path) -> list[tuple[int, str]]:
+    """``(line number, text)`` of the non-blank lines."""
+    return [(n, line) for n, line in enumerate(p.read_text().splitlines(), 1) if line.strip()]
+
+
+def _trace(p: Path, rows: list[tuple[float, int, int]], fmt: str, from_zero: bool = False) -> Trace:
+    """Rows -> a trace sorted by arrival (stable); ``from_zero``: the first arrival at 0."""
+    if not rows:
+        raise ArgumentError(f"bad trace {str(p)!r}: no requests")
+    a, pl, ol = (np.array(x) for x in zip(*rows))
+    order = np.argsort(a, kind="stable")
+    arrival = a[order].astype(np.float64)
+    if from_zero:
+        arrival -= arrival[0]
+    span = float(arrival[-1] - arrival[0])
+    origin = f"{fmt} {p.name}, {len(rows):,} requests over {span:,.1f} s"
+    return Trace(p.stem, arrival, pl[order].astype(np.int64), ol[order].astype(np.int64), origin)
+
+
+def _json(line: str, lineno: int, path: Path) -> dict:
     try:
         obj = json.loads(line)
-        a, pl, ol = obj["arrival"], obj["prompt_len"], obj["output_len"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except json.JSONDecodeError as e:
         raise ArgumentError(
             f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} ({e})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ArgumentError(
+            f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} (not an object)"
+        )
+    return obj
+
+
+def _fields(
+    obj: dict, keys: tuple[str, str, str], line: str, lineno: int, path: Path
+) -> tuple[float, int, int]:
+    """The three fields of one line: a time ``>= 0`` and two positive ints."""
+    try:
+        a, pl, ol = (obj[k] for k in keys)
+    except KeyError as e:
+        raise ArgumentError(
+            f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} (no key {e})"
         ) from None
     ok = isinstance(a, int | float) and not isinstance(a, bool) and a >= 0
     for v in (pl, ol):
         ok = ok and isinstance(v, int) and not isinstance(v, bool) and v >= 1
     if not ok:
         raise ArgumentError(
-            f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} (arrival must be >= 0, "
-            "prompt_len and output_len positive ints)"
+            f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} ({keys[0]} must be "
+            f">= 0, {keys[1]} and {keys[2]} positive ints)"
         )
     return float(a), int(pl), int(ol)
 
 
-def make(spec: str, n: int, seed: int = 0) -> Trace:
-    """A built-in trace by name (``chat``, ``long``, ``phase``) or a JSONL file path."""
-    if spec == "chat":
-        return chat(n, seed)
-    if spec == "long":
-        return long(n, seed)
-    if spec == "phase":
-        return phase(n, seed)
-    if spec.endswith(".jsonl") or Path(spec).is_file():
-        return load_jsonl(spec)
-    raise ArgumentError(f"bad trace {spec!r}: expected one of {BUILTIN} or a .jsonl file")
+def _row(line: str, lineno: int, path: Path) -> tuple[float, int, int]:
+    keys = ("arrival", "prompt_len", "output_len")
+    return _fields(_json(line, lineno, path), keys, line, lineno, path)
+
+
+def _azure_row(r: dict, lineno: int, path: Path) -> tuple[float, int, int]:
+    """One CSV row: the timestamp as POSIX seconds (naive, as recorded), two counts."""
+    text = f"{r['TIMESTAMP']},{r['ContextTokens']},{r['GeneratedTokens']}"
+    try:
+        stamp, _, frac = str(r["TIMESTAMP"]).strip().partition(".")
+        base = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
+        seconds = base.replace(tzinfo=datetime.UTC).timestamp() + float(f"0.{frac or 0}")
+        pl, ol = int(r["ContextTokens"]), int(r["GeneratedTokens"])
+    except (ValueError, TypeError) as e:
+        raise ArgumentError(
+            f"bad trace line {lineno} of {str(path)!r}: {text[:80]!r} ({e})"
+        ) from None
+    if pl < 1 or ol < 1:
+        raise ArgumentError(
+            f"bad trace line {lineno} of {str(path)!r}: {text[:80]!r} (ContextTokens and "
+            "GeneratedTokens must be positive)"
+        )
+    return seconds, pl, ol
+
+
+def make(spec: str, n: int | None = None, seed: int = 0) -> Trace:
+    """A built-in trace by name (``chat``, ``long``, ``phase``: ``n`` requests, default
+    ``DEFAULT_REQUESTS``) or a trace file (:func:`load`; ``n``: its first ``n`` requests
+    by arrival, None: all of them)."""
+    if spec in BUILTIN:
+        count = DEFAULT_REQUESTS if n is None else n
+        return {"chat": chat, "long": long, "phase": phase}[spec](count, seed)
+    if spec.endswith((".jsonl", ".csv")) or Path(spec).is_file():
+        trace = load(spec)
+        if n is None or n >= len(trace):
+            return trace
+        _check_n(n)
+        cut = dataclasses.replace(
+            trace,
+            arrival=trace.arrival[:n],
+            prompt_len=trace.prompt_len[:n],
+            output_len=trace.output_len[:n],
+            origin=f"{trace.origin}; first {n:,} requests",
+        )
+        return cut
+    raise ArgumentError(
+        f"bad trace {spec!r}: expected one of {BUILTIN} or a .jsonl / .csv trace file"
+    )
 
 
 def _check_n(n: int) -> None:
