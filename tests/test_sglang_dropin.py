@@ -1,0 +1,640 @@
+"""The SGLang drop-in (``ukv.integrations.sglang``) with SGLang's keywords and call order.
+
+Runs with whatever base classes ``bases`` found (SGLang's when it is importable, else the
+stand-ins; tests/test_sglang_dropin_real.py runs this file against SGLang 0.5.16). A
+recording ``kvcache`` stands in for an engine-owned cache: it keeps, per physical token,
+the value the test wrote there, and checks every relocation the drop-in reports against
+the bytes ukv actually moved.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import ukv
+from ukv.integrations.sglang import errors as E
+from ukv.integrations.sglang.allocator import MultiEndedAllocator
+from ukv.integrations.sglang.composites import (
+    UnifiedMambaTokenToKVPoolAllocator,
+    UnifiedSWATokenToKVPoolAllocator,
+)
+from ukv.integrations.sglang.factories import init_unified_mamba_pools, init_unified_swa_pools
+from ukv.integrations.sglang.kvcache import UnifiedMHATokenToKVPool
+from ukv.integrations.sglang.pool import UnifiedKVPool
+from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
+
+H, D = 2, 4
+
+
+def mha(name: str, grow: str, layers: int = 2) -> MHASubPoolSpec:
+    return MHASubPoolSpec(
+        name=name,
+        layer_num=layers,
+        head_num=H,
+        head_dim=D,
+        store_dtype=torch.float32,
+        grow_direction=grow,
+    )
+
+
+def mamba(grow: str = "up") -> MambaSubPoolSpec:
+    return MambaSubPoolSpec(
+        name="mamba",
+        layer_num=2,
+        conv_state_shapes=((4, 3),),
+        conv_dtype=torch.float32,
+        temporal_state_shape=(2, 2, 2),
+        temporal_dtype=torch.float32,
+        grow_direction=grow,
+    )
+
+
+class Event:
+    """A forward's completion event the test fires by hand."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+class RecordingKV:
+    """An engine-owned cache: remembers the value written at each physical token and
+    checks every reported move against the drop-in's bytes (``view`` of layer 0)."""
+
+    def __init__(self, pool: UnifiedKVPool, name: str) -> None:
+        self.pool, self.name = pool, name
+        self.shadow: dict[int, float] = {}
+        self.moves = 0
+
+    def view(self) -> torch.Tensor:
+        k, _ = self.pool.mha_views_for(self.name)
+        return k[0].reshape(-1, H, D)
+
+    def write(self, phys: torch.Tensor, values: torch.Tensor) -> None:
+        for p, v in zip(phys.tolist(), values.tolist()):
+            self.shadow[p] = v
+
+    def move_kv_cache(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        assert dst.dtype == torch.int64 and src.dtype == torch.int64 and dst.shape == src.shape
+        ps = self.pool.page_size
+        assert dst.numel() % ps == 0 and torch.equal(dst[::ps] % ps, torch.zeros_like(dst[::ps]))
+        view = self.view()
+        new = dict(self.shadow)
+        for d, s in zip(dst.tolist(), src.tolist()):
+            if s in self.shadow:
+                assert float(view[d, 0, 0]) == self.shadow[s], (d, s)
+                new[d] = self.shadow[s]
+            new.pop(s, None) if s not in dst.tolist() else None
+        self.shadow = new
+        self.moves += dst.numel()
+
+
+class RecordingStates:
+    """An engine-owned state pool without ``move_kv_cache`` (the ``_copy_from_physical``
+    path), checking each move against the drop-in's temporal state."""
+
+    def __init__(self, pool: UnifiedKVPool) -> None:
+        self.pool = pool
+        self.shadow: dict[int, float] = {}
+        self.moves = 0
+
+    def _copy_from_physical(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        _, temporal = self.pool.mamba_views_for("mamba")
+        new = dict(self.shadow)
+        for s, d in zip(src.tolist(), dst.tolist()):
+            if s in self.shadow:
+                assert float(temporal[0, d].flatten()[0]) == self.shadow[s]
+                new[d] = self.shadow[s]
+        self.shadow = new
+        self.moves += src.numel()
+
+
+def write_tokens(
+    pool: UnifiedKVPool, alloc: MultiEndedAllocator, rec: RecordingKV, ids: torch.Tensor
+) -> None:
+    """Write a distinct value per virtual token (through the physical ids, as SGLang does)."""
+    phys = alloc.translate_kv_loc(ids)
+    values = ids.to(torch.float32) + 1000.0
+    k = values[:, None, None].expand(-1, H, D).contiguous()
+    kv = UnifiedMHATokenToKVPool(
+        unified_buffer=pool, sub_pool_name=rec.name, page_size=pool.page_size
+    )
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=0), phys, k, k)
+    rec.write(phys, values)
+
+
+def check_tokens(alloc: MultiEndedAllocator, rec: RecordingKV, ids: torch.Tensor) -> None:
+    phys = alloc.translate_kv_loc(ids)
+    got = rec.view()[phys, 0, 0]
+    assert torch.equal(got, ids.to(torch.float32) + 1000.0)
+
+
+# ----- construction and errors ----------------------------------------------------------------
+
+
+def test_pool_asserts_are_typed() -> None:
+    with pytest.raises(E.SGLangConfigError, match="exactly 2"):
+        UnifiedKVPool(
+            total_bytes=1 << 14,
+            sub_pool_specs=[mha("full", "up")],
+            device="cpu",
+            enable_memory_saver=False,
+        )
+    with pytest.raises(AssertionError, match="grow-up and one grow-down"):
+        UnifiedKVPool(
+            total_bytes=1 << 14,
+            sub_pool_specs=[mha("a", "up"), mha("b", "up")],
+            device="cpu",
+            enable_memory_saver=False,
+        )
+    with pytest.raises(ukv.PoolConfigError, match="unique"):
+        UnifiedKVPool(
+            total_bytes=1 << 14,
+            sub_pool_specs=[mha("a", "up"), mha("a", "down")],
+            device="cpu",
+            enable_memory_saver=False,
+        )
+    with pytest.raises(E.SGLangConfigError, match="page_size"):
+        UnifiedKVPool(
+            total_bytes=1 << 14,
+            sub_pool_specs=[mha("a", "up"), mha("b", "down")],
+            device="cpu",
+            enable_memory_saver=False,
+            page_size=0,
+        )
+    with pytest.raises(NotImplementedError, match="enable_memory_saver"):
+        UnifiedKVPool(
+            total_bytes=1 << 14,
+            sub_pool_specs=[mha("a", "up"), mha("b", "down")],
+            device="cpu",
+            enable_memory_saver=True,
+        )
+    with pytest.raises(E.SGLangConfigError, match="grow_direction"):
+        mha("x", "sideways")
+
+
+def test_spec_geometry_matches_the_contract() -> None:
+    s = mha("full", "up", layers=3)
+    k, v = s.k_row_bytes(), s.v_row_bytes()
+    assert s.entry_bytes() == 3 * (k + v)
+    assert s.page_bytes(4) == 4 * s.entry_bytes()
+    assert s.layer_k_offset_in_page(2, 4) == 2 * 4 * (k + v)
+    assert s.layer_v_offset_in_page(2, 4) == 2 * 4 * (k + v) + 4 * k
+    assert mamba().entry_bytes() == 2 * (4 * 3 * 4 + 8 * 4)
+
+
+def test_allocators_fix_the_page_size_after_the_pool() -> None:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 14,
+        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=1,
+    )
+    assert not pool.is_built
+    full = MultiEndedAllocator(
+        kvcache=None,
+        unified_buffer=pool,
+        sub_pool_name="full",
+        device="cpu",
+        is_id_owner=True,
+        page_size=4,
+    )
+    swa = MultiEndedAllocator(
+        kvcache=None,
+        unified_buffer=pool,
+        sub_pool_name="swa",
+        device="cpu",
+        is_id_owner=False,
+        page_size=4,
+    )
+    assert pool.is_built and pool.page_size == 4
+    k, _ = pool.mha_views_for("full")
+    assert k[0].shape[1:] == (4, H, D) and k[0].shape[0] * 4 == pool.max_slots("full")
+    assert pool.ukv_pool.owner_of("swa") == "full"
+    with pytest.raises(E.SGLangMisalignedError, match="misaligned"):
+        full.alloc(3)
+    with pytest.raises(E.SGLangArgumentError):
+        swa.alloc(4)
+    # A geometry read fixes the page size; a later allocator with another one is refused.
+    other = UnifiedKVPool(
+        total_bytes=1 << 14,
+        sub_pool_specs=[mha("full", "down"), mamba()],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=2,
+    )
+    other.max_slots("full")
+    with pytest.raises(E.SGLangConfigError, match="already fixed at 2"):
+        MultiEndedAllocator(
+            kvcache=None,
+            unified_buffer=other,
+            sub_pool_name="full",
+            device="cpu",
+            is_id_owner=True,
+            page_size=4,
+        )
+    with pytest.raises(E.SGLangConfigError, match="page_size must be 1"):
+        MultiEndedAllocator(
+            kvcache=None,
+            unified_buffer=other,
+            sub_pool_name="mamba",
+            device="cpu",
+            is_id_owner=True,
+            page_size=2,
+        )
+
+
+def test_tables_are_read_only_and_state_is_sglangs() -> None:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 14,
+        sub_pool_specs=[mha("full", "down"), mamba()],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=2,
+    )
+    a = MultiEndedAllocator(
+        kvcache=None,
+        unified_buffer=pool,
+        sub_pool_name="full",
+        device="cpu",
+        is_id_owner=True,
+        page_size=2,
+    )
+    m = MultiEndedAllocator(
+        kvcache=None,
+        unified_buffer=pool,
+        sub_pool_name="mamba",
+        device="cpu",
+        is_id_owner=True,
+        page_size=1,
+    )
+    a.bind_peer(m)
+    assert a.watermark_physical == a.num_pages - 1 and m.watermark_physical == m.min_page_index
+    first = a.free_virtual_ids[:2].clone()
+    ids = a.alloc(4)
+    assert torch.equal(ids // 2, first.repeat_interleave(2)[::2].repeat_interleave(2) // 1)
+    assert a.live_page_count == 2 and a._allocated_pages() == 2 and a.allocated_count() == 4
+    assert a._byte_low_frontier() == (a.watermark_physical + 1) * a.entry_bytes_per_page
+    assert m._byte_high_frontier() == m.min_page_index * m.entry_bytes_per_page
+    with pytest.raises(ukv.ArgumentError):
+        a.virtual_to_physical[1] = 5
+    with pytest.raises(E.SGLangArgumentError, match="int64"):
+        a.translate_kv_loc(ids, out=torch.empty(4, dtype=torch.int32))
+    out = torch.empty(4, dtype=torch.int64)
+    assert a.translate_kv_loc(ids, out=out) is out
+    a.free(ids)
+    with pytest.raises(E.SGLangDoubleFreeError):
+        a.free(ids)
+    with pytest.raises(ukv.DoubleFreeError):
+        a.free(ids)
+    assert a.allocated_count() == 0
+
+
+# ----- the scheduler's per-step sequence --------------------------------------------------------
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_mamba_pair_scheduler_steps_with_a_recording_kvcache(lazy: bool, page_size: int) -> None:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 15,
+        sub_pool_specs=[mha("full", "down"), mamba()],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=page_size,
+    )
+    rec = RecordingKV(pool, "full")
+    states = RecordingStates(pool)
+    kvcache = types.SimpleNamespace(full_kv_pool=rec, mamba_pool=states)
+    alloc = UnifiedMambaTokenToKVPoolAllocator(
+        unified_buffer=pool,
+        kvcache=kvcache,
+        device="cpu",
+        page_size=page_size,
+        lazy_compaction=lazy,
+    )
+    fa = alloc.full_attn_allocator
+    ps = page_size
+    # Three requests prefill (extend from empty).
+    lens = [5, 9, 3]
+    pre = torch.zeros(3, dtype=torch.int64)
+    seq = torch.tensor(lens, dtype=torch.int64)
+    ids = alloc.alloc_extend(pre, pre, seq, seq, torch.full((3,), -1), sum(lens))
+    assert ids is not None and ids.numel() == sum(lens)
+    reqs = list(torch.split(ids, lens))
+    write_tokens(pool, fa, rec, ids)
+    ev = Event()
+    alloc.set_inflight_forward(ev, ids)
+    alloc.set_latest_forward_done_event(ev)
+    for step in range(12):
+        last = torch.stack([r[-1] for r in reqs])
+        seq = torch.tensor([r.numel() + 1 for r in reqs], dtype=torch.int64)
+        new = alloc.alloc_decode(seq, seq, last)
+        assert new is not None
+        reqs = [torch.cat([r, n.view(1)]) for r, n in zip(reqs, new)]
+        write_tokens(pool, fa, rec, new)
+        ev.done = True
+        ev = Event()
+        alloc.set_inflight_forward(ev, new)
+        if step == 4:  # request 1 finishes: a radix-cache free inside a free group
+            alloc.free_group_begin()
+            alloc.free(reqs[1][: (reqs[1].numel() // ps) * ps])
+            alloc.free(reqs[1][(reqs[1].numel() // ps) * ps :])
+            alloc.free_group_end()
+            reqs[1] = reqs[1][:0]
+            reqs = [r for r in reqs if r.numel()]
+        alloc.flush_opportunistic()
+        for r in reqs:
+            check_tokens(fa, rec, r)
+    ev.done = True
+    # Retract request 0 to the host and bring it back at new ids.
+    victim = reqs[0]
+    copy = alloc.get_cpu_copy(victim)
+    alloc.free(victim)
+    alloc.flush_opportunistic()
+    back = alloc.alloc(((victim.numel() + ps - 1) // ps) * ps)[: victim.numel()]
+    alloc.load_cpu_copy(copy, back)
+    got = rec.view()[fa.translate_kv_loc(back), 0, 0]
+    assert torch.equal(got, victim.to(torch.float32) + 1000.0)
+    fa._flush(urgent=True)
+    for r in reqs[1:]:
+        check_tokens(fa, rec, r)
+    pool.ukv_pool.check_invariants()
+    # Request 1's pages sat between the others': compaction moved pages, and every
+    # move was reported to the engine's cache and matched the bytes.
+    moved = pool.ukv_pool.stats().sub_pools[0].pages_moved
+    assert moved > 0 and rec.moves == moved * page_size
+
+
+def test_mamba_slots_move_through_copy_from_physical() -> None:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 14,
+        sub_pool_specs=[mha("full", "down"), mamba()],
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    states = RecordingStates(pool)
+    rec = RecordingKV(pool, "full")
+    alloc = UnifiedMambaTokenToKVPoolAllocator(
+        unified_buffer=pool,
+        kvcache=types.SimpleNamespace(full_kv_pool=rec, mamba_pool=states),
+        device="cpu",
+    )
+    ma = alloc.mamba_allocator
+    slots = ma.alloc(4)
+    _, temporal = pool.mamba_views_for("mamba")
+    phys = ma.translate_kv_loc(slots)
+    for s, p in zip(slots.tolist(), phys.tolist()):
+        temporal[:, p] = float(s)
+        states.shadow[p] = float(s)
+    ma.free(slots[:2])
+    assert states.moves == 2
+    phys = ma.translate_kv_loc(slots[2:])
+    assert torch.equal(temporal[0, phys].flatten(1)[:, 0], slots[2:].to(torch.float32))
+
+
+def test_own_pool_is_not_told_about_moves() -> None:
+    b = _mamba_bundle(page_size=2, lazy=False)
+    a = b.token_to_kv_pool_allocator
+    fa = a.full_attn_allocator
+    called = []
+    b.token_to_kv_pool.full_kv_pool.move_kv_cache = lambda d, s: called.append(1)  # type: ignore[method-assign]
+    ids = a.alloc(8)
+    a.free(ids[2:4])
+    a.free(ids[:2])
+    assert b.unified_memory_pool.ukv_pool.stats().pages_moved >= 1 and not called
+    assert fa.allocated_count() == 4
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 15,
+        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=2,
+    )
+    full_rec, swa_rec = RecordingKV(pool, "full"), RecordingKV(pool, "swa")
+    attached = {}
+    kvcache = types.SimpleNamespace(
+        full_kv_pool=full_rec,
+        swa_kv_pool=swa_rec,
+        attach_allocators=lambda **kw: attached.update(kw),
+    )
+    alloc = UnifiedSWATokenToKVPoolAllocator(
+        unified_buffer=pool,
+        kvcache=kvcache,
+        device="cpu",
+        full_max_total_num_tokens=128,
+        swa_max_total_num_tokens=64,
+        page_size=2,
+        lazy_compaction=lazy,
+    )
+    assert attached == {
+        "full_allocator": alloc.full_attn_allocator,
+        "swa_allocator": alloc.swa_attn_allocator,
+    }
+    fa, sa = alloc.full_attn_allocator, alloc.swa_attn_allocator
+    ids = alloc.alloc(16)
+    write_tokens(pool, fa, full_rec, ids)
+    swa_phys = alloc.translate_loc_from_full_to_swa(ids)
+    assert swa_phys.dtype == torch.int32
+    write_tokens(pool, _SwaView(alloc), swa_rec, ids)
+    alloc.free_group_begin()
+    alloc.free_swa(ids[:6])  # the window moved past the first three pages
+    alloc.free_swa(ids[:2])  # already released: skipped
+    alloc.free(ids[12:])
+    alloc.free_group_end()
+    alloc.flush_opportunistic()
+    live = ids[:12]
+    check_tokens(fa, full_rec, live)
+    check_tokens(_SwaView(alloc), swa_rec, ids[6:12])
+    assert torch.equal(
+        alloc.translate_loc_from_full_to_swa(ids[:6]), torch.zeros(6, dtype=torch.int32)
+    )
+    out = torch.empty(3, dtype=torch.int64)
+    with pytest.raises(E.SGLangArgumentError, match="int32"):
+        alloc.translate_loc_from_full_to_swa(ids[:3], out=out)
+    n = alloc.available_size()
+    got = alloc.alloc(n)
+    assert got is not None and alloc.alloc(2) is None
+    alloc.free(got)
+    alloc.free(live)
+    assert fa.allocated_count() == 0 and sa.allocated_count() == 0
+    pool.ukv_pool.check_invariants()
+
+
+class _SwaView:
+    """The SWA side addressed like an allocator (``translate_kv_loc``) for the helpers."""
+
+    def __init__(self, alloc: UnifiedSWATokenToKVPoolAllocator) -> None:
+        self.alloc = alloc
+
+    def translate_kv_loc(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.alloc.translate_loc_from_full_to_swa(ids).to(torch.int64)
+
+
+# ----- factories --------------------------------------------------------------------------------
+
+
+def _cache_params() -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        shape=types.SimpleNamespace(conv=[(4, 3)], temporal=(2, 2, 2)),
+        dtype=types.SimpleNamespace(conv=torch.float32, temporal=torch.float32),
+        layers=[0, 2],
+    )
+
+
+def _mamba_bundle(page_size: int = 4, lazy: bool = True, **overrides):
+    kw = dict(
+        device="cpu",
+        kv_cache_dtype=torch.bfloat16,
+        head_num=H,
+        head_dim=D,
+        page_size=page_size,
+        start_layer=0,
+        end_layer=3,
+        is_draft_worker=False,
+        use_mla_backend=False,
+        mamba_layer_ids=[0, 2],
+        full_attention_layer_ids=[1, 3],
+        mamba2_cache_params=_cache_params(),
+        model_context_len=64,
+        extra_max_context_len=0,
+        max_total_num_tokens=256,
+        max_mamba_cache_size=8,
+        max_num_reqs=8,
+        enable_memory_saver=False,
+        enable_mamba_extra_buffer=False,
+        speculative_num_draft_tokens=None,
+        disable_overlap_schedule=False,
+        need_sort=False,
+        mamba_full_memory_ratio=0.9,
+        forward_stream=None,
+        lazy_compaction=lazy,
+    )
+    kw.update(overrides)
+    return init_unified_mamba_pools(**kw)
+
+
+def test_mamba_factory_with_sglangs_keywords() -> None:
+    b = _mamba_bundle()
+    a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+    assert isinstance(a, UnifiedMambaTokenToKVPoolAllocator)
+    assert a.available_size() >= 256 and a.mamba_slot_full_token_cost() >= 1
+    reqs = [types.SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None) for _ in range(3)]
+    assert req.alloc(reqs) is not None
+    virt = torch.stack([torch.as_tensor(r.mamba_pool_idx) for r in reqs])
+    phys = req.translate_mamba_indices(torch.cat([virt, torch.tensor([-1])]))
+    assert phys.dtype == torch.int32 and int(phys[-1]) == -1 and bool((phys[:-1] > 0).all())
+    k = torch.randn(4, H, D)
+    ids = a.alloc(4)
+    b.token_to_kv_pool.set_kv_buffer(
+        types.SimpleNamespace(layer_id=3), a.translate_kv_loc(ids), k, k
+    )
+    got = b.token_to_kv_pool.get_key_buffer(3).reshape(-1, H, D)[a.translate_kv_loc(ids)]
+    assert torch.equal(got, k.bfloat16())
+    for flag, value in (
+        ("enable_mamba_extra_buffer", True),
+        ("speculative_num_draft_tokens", 4),
+        ("enable_memory_saver", True),
+    ):
+        with pytest.raises(NotImplementedError, match=flag):
+            _mamba_bundle(**{flag: value})
+    with pytest.raises(AssertionError, match="MLA"):
+        _mamba_bundle(use_mla_backend=True)
+
+
+def test_swa_factory_routes_write_locs() -> None:
+    b = init_unified_swa_pools(
+        device="cpu",
+        kv_cache_dtype=torch.float16,
+        head_num=H,
+        head_dim=D,
+        v_head_dim=D,
+        swa_head_num=H,
+        swa_head_dim=D,
+        swa_v_head_dim=D,
+        page_size=2,
+        start_layer=0,
+        end_layer=3,
+        swa_attention_layer_ids=[0, 2],
+        full_attention_layer_ids=[1, 3],
+        full_max_total_num_tokens=64,
+        swa_max_total_num_tokens=32,
+        enable_memory_saver=False,
+        need_sort=False,
+        forward_stream=None,
+        lazy_compaction=True,
+    )
+    a, kv = b.token_to_kv_pool_allocator, b.token_to_kv_pool
+    assert kv.full_to_swa_index_mapping is None and kv.layers_mapping[2] == (1, True)
+    ids = a.alloc(4)
+    full_loc, swa_loc = a.translate_kv_loc(ids), a.translate_loc_from_full_to_swa(ids)
+    k = torch.randn(4, H, D)
+    loc = types.SimpleNamespace(full_loc=full_loc, swa_loc=swa_loc)
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=2), loc, k, k)
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), loc, -k, -k)
+    assert torch.equal(kv.get_key_buffer(2).reshape(-1, H, D)[swa_loc.long()], k.half())
+    assert torch.equal(kv.get_key_buffer(1).reshape(-1, H, D)[full_loc], (-k).half())
+    with pytest.raises(E.SGLangWriteLocError, match="swa_loc"):
+        kv.set_kv_buffer(
+            types.SimpleNamespace(layer_id=0),
+            types.SimpleNamespace(full_loc=full_loc, swa_loc=None),
+            k,
+            k,
+        )
+    copy = a.get_cpu_copy(ids)
+    a.free(ids)
+    back = a.alloc(4)
+    a.load_cpu_copy(copy, back)
+    assert torch.equal(
+        kv.get_key_buffer(2).reshape(-1, H, D)[a.translate_loc_from_full_to_swa(back).long()],
+        k.half(),
+    )
+    assert torch.equal(
+        kv.translate_loc_from_full_to_swa(back), a.translate_loc_from_full_to_swa(back)
+    )
+
+
+# ----- installation ---------------------------------------------------------------------------------
+
+
+def test_install_serves_sglangs_module_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ukv.integrations import sglang as dropin
+
+    if "sglang" not in sys.modules:  # stand-in parents so the finder can serve children
+        for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+            pkg = types.ModuleType(name)
+            pkg.__path__ = []  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, name, pkg)
+    dropin.install()
+    try:
+        import importlib
+
+        mod = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
+        pool_mod = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
+        assert mod.UnifiedMambaTokenToKVPoolAllocator is UnifiedMambaTokenToKVPoolAllocator
+        assert pool_mod.init_unified_swa_pools is init_unified_swa_pools
+        assert dropin.installed()
+    finally:
+        dropin.uninstall()
+    assert not dropin.installed()
+    assert "sglang.srt.mem_cache.multi_ended_allocator" not in sys.modules
+
+
+def test_import_ukv_does_not_import_the_integration() -> None:
+    code = (
+        "import sys, ukv; bad = [m for m in sys.modules if m.startswith(('sglang', "
+        "'ukv.integrations'))]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
