@@ -89,7 +89,7 @@ class _MambaPool:
 class _KVWriteLoc:
     """Stand-in for SGLang's per-forward write locations of a hybrid SWA pool."""
 
-    def __init__(self, swa_loc: Any = None, full_loc: Any = None, loc: Any = None) -> None:
+    def __init__(self, loc: Any, swa_loc: Any = None, full_loc: Any = None) -> None:
         self.loc = loc
         self.swa_loc = swa_loc
         self.full_loc = full_loc
