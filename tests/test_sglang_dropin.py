@@ -638,3 +638,105 @@ def test_import_ukv_does_not_import_the_integration() -> None:
         "'ukv.integrations'))]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----- SGLang's known defects (reference-design.md §12) stay fixed ------------------------------
+
+
+def _swa_bundle(full_tokens: int, swa_tokens: int, page_size: int, lazy: bool, swa_heads: int = H):
+    return init_unified_swa_pools(
+        device="cpu",
+        kv_cache_dtype=torch.float16,
+        head_num=H,
+        head_dim=D,
+        v_head_dim=D,
+        swa_head_num=swa_heads,
+        swa_head_dim=D,
+        swa_v_head_dim=D,
+        page_size=page_size,
+        start_layer=0,
+        end_layer=1,
+        swa_attention_layer_ids=[0],
+        full_attention_layer_ids=[1],
+        full_max_total_num_tokens=full_tokens,
+        swa_max_total_num_tokens=swa_tokens,
+        enable_memory_saver=False,
+        need_sort=False,
+        lazy_compaction=lazy,
+    )
+
+
+def test_swa_table_spans_full_ids_beyond_the_swa_page_count() -> None:
+    """Defect 1: the non-owner's table was sized by its own pages (an out-of-bounds index
+    once full's ids outgrew them)."""
+    # SWA tokens are 4x full's bytes: the SWA side's index space has a quarter of the pages.
+    b = _swa_bundle(full_tokens=64, swa_tokens=8, page_size=1, lazy=False, swa_heads=4 * H)
+    a = b.token_to_kv_pool_allocator
+    kept = []
+    while (ids := a.alloc(1)) is not None:
+        kept.append(ids)
+        a.free_swa(ids)  # left the window at once: SWA pages never run out
+    ids = torch.cat(kept)
+    assert int(ids.max()) > a.swa_attn_allocator.max_slots
+    assert torch.equal(
+        a.translate_loc_from_full_to_swa(ids), torch.zeros_like(ids, dtype=torch.int32)
+    )
+    phys = b.token_to_kv_pool.translate_loc_from_full_to_swa(ids)
+    assert bool((phys < 0).all())  # pool level: unclamped, callers filter
+    a.free(ids)
+    assert a.full_attn_allocator.allocated_count() == 0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_frees_refuse_double_and_repeated_ids(lazy: bool) -> None:
+    """Defect 7: lazy frees had no double-free check, and a repeated id double-counted."""
+    b = _mamba_bundle(page_size=1, lazy=lazy)
+    a = b.token_to_kv_pool_allocator
+    ids = a.alloc(6)
+    with pytest.raises(E.SGLangDoubleFreeError):
+        a.free(torch.stack([ids[0], ids[0]]))
+    assert a.full_attn_allocator.allocated_count() == 6  # nothing was freed
+    a.free(ids[:3])
+    with pytest.raises(AssertionError):
+        a.free(ids[:1])
+    assert a.full_attn_allocator.allocated_count() == 3
+
+
+def test_alloc_decode_at_page_size_one() -> None:
+    """Defect 8: decode at page size 1 counted no new pages on the host."""
+    b = _mamba_bundle(page_size=1, lazy=True)
+    a = b.token_to_kv_pool_allocator
+    ids = a.alloc(3)
+    seq = torch.tensor([2, 2, 2])
+    new = a.alloc_decode(seq, seq, ids)
+    assert new is not None and new.numel() == 3
+    assert a.full_attn_allocator.allocated_count() == 6
+
+
+def test_pending_pages_under_one_unfired_event_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect 3: two capped flushes under one unfired event lost a batch of pending pages
+    for good (a 'ghost' page kept the span above the live pages)."""
+    monkeypatch.setenv("SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL", "1")
+    b = _mamba_bundle(page_size=1, lazy=True)
+    a = b.token_to_kv_pool_allocator
+    fa = a.full_attn_allocator
+    assert fa._lazy_max_moves_per_call == 1
+    ids = a.alloc(8)
+    ev = Event()
+    a.set_inflight_forward(ev, None)
+    a.free(ids[0:1])
+    a.free(ids[2:3])
+    a.flush_opportunistic()
+    a.flush_opportunistic()
+    ev.done = True
+    a.flush_opportunistic()
+    fa._flush(urgent=True)
+    assert fa._allocated_pages() == fa.live_page_count == 6
+    assert fa._pending_reuse == {} and fa._free_phys_pages.numel() == 0
+
+
+def test_disable_lazy_compaction_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_DISABLE_LAZY_COMPACTION", "1")
+    b = _mamba_bundle(lazy=True)
+    assert not b.unified_memory_pool.ukv_pool.lazy
+    assert not b.token_to_kv_pool_allocator.lazy_compaction

@@ -123,8 +123,9 @@ class SWAHybridAllocator(SubPoolAllocator):
             them (nothing changes then).
 
         Raises:
-            InvalidIdError: a page out of range, not live on full, or already bound.
-            ArgumentError: wrong dtype, rank or contiguity.
+            InvalidIdError: a page negative, reserved or beyond the id space.
+            ArgumentError: a page not live on full or already bound on SWA; wrong dtype,
+                rank or contiguity. Nothing is bound then.
         """
         pages = _convert.host_ids("virtual_pages", virtual_pages)
         if pages.size == 0:

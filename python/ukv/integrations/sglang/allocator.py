@@ -312,8 +312,9 @@ class MultiEndedAllocator(_Base):
         """Bind the owner's virtual pages on this non-owner (SWA) side.
 
         Raises:
-            SGLangArgumentError: called on an owner, or the SWA side has no room.
-            SGLangInvalidIdError: a page not live on the owner or already bound.
+            SGLangArgumentError: called on an owner, the SWA side has no room, or a page
+                not live on the owner or already bound.
+            SGLangInvalidIdError: a page negative, reserved or out of range.
         """
         if self.is_id_owner:
             raise SGLangArgumentError(
