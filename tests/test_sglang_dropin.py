@@ -740,3 +740,45 @@ def test_disable_lazy_compaction_env_wins(monkeypatch: pytest.MonkeyPatch) -> No
     b = _mamba_bundle(lazy=True)
     assert not b.unified_memory_pool.ukv_pool.lazy
     assert not b.token_to_kv_pool_allocator.lazy_compaction
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_eager_frees_wait_for_the_forward_stream(
+    lazy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overlap mode: an eager free (and a free group's end) orders itself after the
+    forward stream, whose forward may still read the bytes compaction moves."""
+    waits: list[object] = []
+    current = types.SimpleNamespace(wait_stream=waits.append)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: current)
+    forward = object()
+    b = init_unified_swa_pools(
+        device="cpu",
+        kv_cache_dtype=torch.float16,
+        head_num=H,
+        head_dim=D,
+        v_head_dim=D,
+        swa_head_num=H,
+        swa_head_dim=D,
+        swa_v_head_dim=D,
+        page_size=2,
+        start_layer=0,
+        end_layer=1,
+        swa_attention_layer_ids=[0],
+        full_attention_layer_ids=[1],
+        full_max_total_num_tokens=64,
+        swa_max_total_num_tokens=32,
+        enable_memory_saver=False,
+        need_sort=False,
+        forward_stream=forward,
+        lazy_compaction=lazy,
+    )
+    a = b.token_to_kv_pool_allocator
+    ids = a.alloc(8)
+    assert waits == []
+    a.free_swa(ids[:2])
+    a.free_group_begin()
+    a.free(ids[4:6])
+    a.free_group_end()
+    a.free(ids[:4])
+    assert waits == ([] if lazy else [forward] * 4)

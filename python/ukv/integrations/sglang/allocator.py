@@ -57,7 +57,9 @@ class MultiEndedAllocator(_Base):
         is_id_owner: False for the SWA side, which binds its partner's virtual ids.
         page_size: Tokens per page (1 for a state sub-pool).
         need_sort: Accepted (ukv's free order is FIFO by design).
-        forward_stream: Accepted; streams are ordered by the caller (docs/SGLANG.md).
+        forward_stream: Overlap mode's forward stream: an eager free (or free-group end)
+            first makes the current stream wait on it, since compaction moves bytes the
+            in-flight forward may still read (lazy mode needs no barrier).
         lazy_compaction: Lazy compaction (``SGLANG_DISABLE_LAZY_COMPACTION=1`` overrides).
 
     Raises:
@@ -376,6 +378,7 @@ class MultiEndedAllocator(_Base):
         """
         if free_index is None or free_index.numel() == 0:
             return
+        self.order_after_forward()
         with translated():
             if self.is_id_owner:
                 self._sub.free(free_index)
@@ -383,6 +386,12 @@ class MultiEndedAllocator(_Base):
                 swa = self.unified_buffer.swa_hybrid()
                 assert swa is not None
                 swa.free_swa(free_index)
+
+    def order_after_forward(self) -> None:
+        """Eager mode with a ``forward_stream``: make the current stream wait on it, so
+        the compaction a free triggers runs after the forward that may read those bytes."""
+        if self.forward_stream is not None and not self.lazy_compaction:
+            torch.cuda.current_stream().wait_stream(self.forward_stream)
 
     def free_group_begin(self) -> None:
         """Queue this sub-pool's frees until :meth:`free_group_end` (one compaction)."""
@@ -392,6 +401,7 @@ class MultiEndedAllocator(_Base):
 
     def free_group_end(self) -> None:
         """Apply the queued frees in one pass."""
+        self.order_after_forward()
         with translated():
             self._sub.free_group_end()
         self.is_not_in_free_group = True

@@ -415,6 +415,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         """Release both sides of these tokens (SWA sides already released are skipped)."""
         if free_index is None or free_index.numel() == 0:
             return
+        self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free(free_index)
 
@@ -422,6 +423,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         """Release only the SWA side of tokens that left the window."""
         if free_index is None or free_index.numel() == 0:
             return
+        self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free_swa(free_index)
 
@@ -436,6 +438,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
 
     def free_group_end(self) -> None:
         """Apply the queued frees of both sides in one plan."""
+        self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free_group_end()
         self.is_not_in_free_group = True
