@@ -176,6 +176,14 @@ def test_pool_asserts_are_typed() -> None:
             device="cpu",
             enable_memory_saver=True,
         )
+    with pytest.raises(E.SGLangConfigError, match="Increase total_bytes"):
+        UnifiedKVPool(
+            total_bytes=256,
+            sub_pool_specs=[mha("a", "up"), mha("b", "down")],
+            device="cpu",
+            enable_memory_saver=False,
+            page_size=4,
+        )
     with pytest.raises(E.SGLangConfigError, match="grow_direction"):
         mha("x", "sideways")
 
@@ -530,6 +538,8 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
     b = _mamba_bundle()
     a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
     assert isinstance(a, UnifiedMambaTokenToKVPoolAllocator)
+    # Nothing built ukv's pool before the allocators said how (lazy, page size 4).
+    assert b.unified_memory_pool.ukv_pool.lazy and b.unified_memory_pool.ukv_pool.page_size == 4
     assert a.available_size() >= 256 and a.mamba_slot_full_token_cost() >= 1
     reqs = [types.SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None) for _ in range(3)]
     assert req.alloc(reqs) is not None

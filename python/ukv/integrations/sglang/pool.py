@@ -28,6 +28,7 @@ from ukv.integrations.sglang.errors import (
 )
 from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
 from ukv.pool import UnifiedKVPool as UkvPool
+from ukv.specs import reserved_floor
 
 __all__ = ["UnifiedKVPool", "lazy_compaction_disabled", "max_moves_per_call"]
 
@@ -134,8 +135,7 @@ class UnifiedKVPool:
         self._swa: SWAHybridAllocator | None = None
         # Allocators whose kvcache hears about relocations: sub-pool name -> allocators.
         self._move_targets: dict[str, list[Any]] = {}
-        # Small pools are checked now (SGLang's "Increase total_bytes" at construction).
-        self._geometry_at(self._page_size_now(), fix=False)
+        self._check_fits(page_size)
 
     # ----- the page size, claims and the build -----------------------------------------------
 
@@ -268,8 +268,20 @@ class UnifiedKVPool:
 
     # ----- geometry -----------------------------------------------------------------------------
 
+    def _check_fits(self, page_size: int) -> None:
+        """SGLang's "Increase total_bytes" at construction: the reserved floor plus one page
+        of each sub-pool must fit (cheap; the exact geometry comes from ukv later)."""
+        specs = [s.to_ukv() for s in self.sub_pool_specs]
+        need = reserved_floor(specs, page_size) + sum(s.page_bytes(page_size) for s in specs)
+        if need > self.total_bytes:
+            raise SGLangConfigError(
+                f"total_bytes = {self.total_bytes}: the reserved floor and one page of each "
+                f"sub-pool need {need} bytes at page_size {page_size}. Increase total_bytes."
+            )
+
     def _geometry_at(self, page_size: int, fix: bool) -> dict[str, tuple[int, int]]:
-        """Slots per sub-pool at ``page_size``, from a bookkeeping-only (``meta``) pool."""
+        """Slots per sub-pool at ``page_size``, from a bookkeeping-only (``meta``) pool
+        (built once, when the geometry is first read before ukv's pool exists)."""
         with translated():
             probe = UkvPool(
                 self.total_bytes,
