@@ -792,3 +792,106 @@ def test_eager_frees_wait_for_the_forward_stream(
     a.free_group_end()
     a.free(ids[:4])
     assert waits == ([] if lazy else [forward] * 4)
+
+
+# ----- the rest of the allocator surface -------------------------------------------------------
+
+
+def _pair(
+    lazy: bool, page_size: int = 2
+) -> tuple[UnifiedKVPool, MultiEndedAllocator, MultiEndedAllocator]:
+    pool = UnifiedKVPool(
+        total_bytes=1 << 14,
+        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
+        device="cpu",
+        enable_memory_saver=False,
+        page_size=page_size,
+    )
+    kw = dict(unified_buffer=pool, device="cpu", page_size=page_size, lazy_compaction=lazy)
+    full = MultiEndedAllocator(kvcache=None, sub_pool_name="full", is_id_owner=True, **kw)
+    swa = MultiEndedAllocator(kvcache=None, sub_pool_name="swa", is_id_owner=False, **kw)
+    return pool, full, swa
+
+
+def test_non_owner_binds_the_owners_pages() -> None:
+    pool, full, swa = _pair(lazy=False)
+    assert swa.free_virtual_ids is None
+    pages = full.free_virtual_ids[:2].clone()
+    ids = full.alloc(4)
+    swa.alloc_with_virtual(pages)
+    assert bool((swa.virtual_to_physical[pages] > 0).all())
+    assert swa.allocated_count() == 4 and full.is_slot_allocated(int(ids[0]))
+    with pytest.raises(E.SGLangArgumentError, match="already bound"):
+        swa.alloc_with_virtual(pages)
+    with pytest.raises(E.SGLangArgumentError, match="id owner"):
+        full.alloc_with_virtual(pages)
+    with pytest.raises(NotImplementedError, match="take_physical"):
+        full.take_physical(2)
+    swa.free(ids)  # the SWA side only
+    assert swa.allocated_count() == 0 and full.allocated_count() == 4
+    full.free(ids)
+    assert "sub_pool='full'" in full.allocator_state_str()
+
+
+def test_lazy_holes_and_the_move_cap() -> None:
+    pool, full, swa = _pair(lazy=True)
+    assert full._lazy_max_moves_per_call == 4096
+    ids = full.alloc(8)  # four pages
+    full.free(ids[2:4])  # a hole under two live pages
+    holes = full._free_phys_pages
+    assert holes.numel() == 1 and full._pending_reuse == {}
+    assert full.live_page_count == 3 and full._allocated_pages() == 4
+    assert int(full.physical_to_virtual[int(holes[0])]) == -1
+    with pytest.raises(NotImplementedError, match="before the second allocator"):
+        full._lazy_max_moves_per_call = 7
+    assert full.flush_opportunistic() == 1
+    assert full._free_phys_pages.numel() == 0 and full._allocated_pages() == 3
+
+
+def test_backup_restore_and_clear() -> None:
+    pool, full, swa = _pair(lazy=False)
+    state = full.backup_state()
+    assert full.restore_state(state) == []
+    ids = full.alloc(4)
+    with pytest.raises(NotImplementedError, match="does not roll allocations back"):
+        full.restore_state(state)
+    full.free_group_begin()
+    full.free(ids[:2])
+    assert full.allocated_count() == 4  # queued until the group ends
+    full.free_group_end()
+    assert full.allocated_count() == 2
+    full.clear()
+    assert full.allocated_count() == 0 and full.watermark_physical == full.num_pages - 1
+
+
+def test_state_slots_group_translate_and_host_copies() -> None:
+    b = _mamba_bundle(page_size=2, lazy=False)
+    a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+    slots = req.mamba_allocator
+    assert slots.size == b.unified_memory_pool.max_slots("mamba") - 1
+    free_before = slots.available_size()
+    slots.alloc_group_begin(3)
+    first = slots.alloc(1)
+    assert first.shape == (1,) and slots.available_size() == free_before - 3
+    slots.alloc_group_end()  # the two untaken slots go back
+    assert slots.available_size() == free_before - 1
+    assert slots.is_slot_allocated(int(first)) and slots.free_slots.numel() > 0
+    phys = slots.translate(torch.tensor([int(first), -1, 0]))
+    assert int(phys[0]) > 0 and int(phys[1]) == -1 and int(phys[2]) == -1
+    # Retraction of tokens and their state, by virtual ids.
+    ids = a.alloc(4)
+    k = torch.randn(4, H, D)
+    kv = b.token_to_kv_pool
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), a.translate_kv_loc(ids), k, k)
+    _, temporal = b.unified_memory_pool.mamba_views_for("mamba")
+    temporal[:, int(phys[0])] = 7.0
+    copy = a.get_cpu_copy(ids, first)
+    a.free(ids)
+    slots.free(first)
+    ids2, first2 = a.alloc(4), slots.alloc(1)
+    a.load_cpu_copy(copy, ids2, first2)
+    got = kv.get_key_buffer(1).reshape(-1, H, D)[a.translate_kv_loc(ids2)]
+    assert torch.equal(got, k.bfloat16())
+    assert bool((temporal[:, int(slots.translate(first2)[0])] == 7.0).all())
+    with pytest.raises(ukv.InvalidIdError):
+        a.get_cpu_copy(ids)  # not live any more (unless reused), checked by ukv
