@@ -9,6 +9,7 @@ the bytes ukv actually moved.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -29,6 +30,14 @@ from ukv.integrations.sglang.pool import UnifiedKVPool
 from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
 
 H, D = 2, 4
+# The device of every pool (UKV_TEST_DEVICE=cuda on a GPU run).
+DEV = os.environ.get("UKV_TEST_DEVICE", "cpu")
+
+
+def settle(pool: UnifiedKVPool) -> None:
+    """Apply frees still queued (frees of GPU ids land asynchronously; host ids at once)."""
+    with E.translated():
+        pool.ukv_pool.sync_frees()
 
 
 def mha(name: str, grow: str, layers: int = 2) -> MHASubPoolSpec:
@@ -144,28 +153,28 @@ def test_pool_asserts_are_typed() -> None:
         UnifiedKVPool(
             total_bytes=1 << 14,
             sub_pool_specs=[mha("full", "up")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=False,
         )
     with pytest.raises(AssertionError, match="grow-up and one grow-down"):
         UnifiedKVPool(
             total_bytes=1 << 14,
             sub_pool_specs=[mha("a", "up"), mha("b", "up")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=False,
         )
     with pytest.raises(ukv.PoolConfigError, match="unique"):
         UnifiedKVPool(
             total_bytes=1 << 14,
             sub_pool_specs=[mha("a", "up"), mha("a", "down")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=False,
         )
     with pytest.raises(E.SGLangConfigError, match="page_size"):
         UnifiedKVPool(
             total_bytes=1 << 14,
             sub_pool_specs=[mha("a", "up"), mha("b", "down")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=False,
             page_size=0,
         )
@@ -173,14 +182,14 @@ def test_pool_asserts_are_typed() -> None:
         UnifiedKVPool(
             total_bytes=1 << 14,
             sub_pool_specs=[mha("a", "up"), mha("b", "down")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=True,
         )
     with pytest.raises(E.SGLangConfigError, match="Increase total_bytes"):
         UnifiedKVPool(
             total_bytes=256,
             sub_pool_specs=[mha("a", "up"), mha("b", "down")],
-            device="cpu",
+            device=DEV,
             enable_memory_saver=False,
             page_size=4,
         )
@@ -202,7 +211,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
     pool = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=1,
     )
@@ -211,7 +220,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
         kvcache=None,
         unified_buffer=pool,
         sub_pool_name="full",
-        device="cpu",
+        device=DEV,
         is_id_owner=True,
         page_size=4,
     )
@@ -219,7 +228,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
         kvcache=None,
         unified_buffer=pool,
         sub_pool_name="swa",
-        device="cpu",
+        device=DEV,
         is_id_owner=False,
         page_size=4,
     )
@@ -235,7 +244,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
     other = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mamba()],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=2,
     )
@@ -245,7 +254,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
             kvcache=None,
             unified_buffer=other,
             sub_pool_name="full",
-            device="cpu",
+            device=DEV,
             is_id_owner=True,
             page_size=4,
         )
@@ -254,7 +263,7 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
             kvcache=None,
             unified_buffer=other,
             sub_pool_name="mamba",
-            device="cpu",
+            device=DEV,
             is_id_owner=True,
             page_size=2,
         )
@@ -264,7 +273,7 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
     pool = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mamba()],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=2,
     )
@@ -272,7 +281,7 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
         kvcache=None,
         unified_buffer=pool,
         sub_pool_name="full",
-        device="cpu",
+        device=DEV,
         is_id_owner=True,
         page_size=2,
     )
@@ -280,7 +289,7 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
         kvcache=None,
         unified_buffer=pool,
         sub_pool_name="mamba",
-        device="cpu",
+        device=DEV,
         is_id_owner=True,
         page_size=1,
     )
@@ -301,8 +310,11 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
     a.free(ids)
     with pytest.raises(E.SGLangDoubleFreeError):
         a.free(ids)
+        settle(pool)  # a free of GPU ids is refused when it is applied
     with pytest.raises(ukv.DoubleFreeError):
         a.free(ids)
+        settle(pool)
+    settle(pool)
     assert a.allocated_count() == 0
 
 
@@ -315,7 +327,7 @@ def test_mamba_pair_scheduler_steps_with_a_recording_kvcache(lazy: bool, page_si
     pool = UnifiedKVPool(
         total_bytes=1 << 15,
         sub_pool_specs=[mha("full", "down"), mamba()],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=page_size,
     )
@@ -325,7 +337,7 @@ def test_mamba_pair_scheduler_steps_with_a_recording_kvcache(lazy: bool, page_si
     alloc = UnifiedMambaTokenToKVPoolAllocator(
         unified_buffer=pool,
         kvcache=kvcache,
-        device="cpu",
+        device=DEV,
         page_size=page_size,
         lazy_compaction=lazy,
     )
@@ -386,7 +398,7 @@ def test_mamba_slots_move_through_copy_from_physical() -> None:
     pool = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mamba()],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
     )
     states = RecordingStates(pool)
@@ -394,7 +406,7 @@ def test_mamba_slots_move_through_copy_from_physical() -> None:
     alloc = UnifiedMambaTokenToKVPoolAllocator(
         unified_buffer=pool,
         kvcache=types.SimpleNamespace(full_kv_pool=rec, mamba_pool=states),
-        device="cpu",
+        device=DEV,
     )
     ma = alloc.mamba_allocator
     slots = ma.alloc(4)
@@ -404,6 +416,7 @@ def test_mamba_slots_move_through_copy_from_physical() -> None:
         temporal[:, p] = float(s)
         states.shadow[p] = float(s)
     ma.free(slots[:2])
+    settle(pool)
     assert states.moves == 2
     phys = ma.translate_kv_loc(slots[2:])
     assert torch.equal(temporal[0, phys].flatten(1)[:, 0], slots[2:].to(torch.float32))
@@ -418,6 +431,7 @@ def test_own_pool_is_not_told_about_moves() -> None:
     ids = a.alloc(8)
     a.free(ids[2:4])
     a.free(ids[:2])
+    settle(b.unified_memory_pool)
     assert b.unified_memory_pool.ukv_pool.stats().pages_moved >= 1 and not called
     assert fa.allocated_count() == 4
 
@@ -427,7 +441,7 @@ def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
     pool = UnifiedKVPool(
         total_bytes=1 << 15,
         sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=2,
     )
@@ -441,7 +455,7 @@ def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
     alloc = UnifiedSWATokenToKVPoolAllocator(
         unified_buffer=pool,
         kvcache=kvcache,
-        device="cpu",
+        device=DEV,
         full_max_total_num_tokens=128,
         swa_max_total_num_tokens=64,
         page_size=2,
@@ -477,6 +491,7 @@ def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
     assert got is not None and alloc.alloc(2) is None
     alloc.free(got)
     alloc.free(live)
+    settle(pool)
     assert fa.allocated_count() == 0 and sa.allocated_count() == 0
     pool.ukv_pool.check_invariants()
 
@@ -504,7 +519,7 @@ def _cache_params() -> types.SimpleNamespace:
 
 def _mamba_bundle(page_size: int = 4, lazy: bool = True, **overrides):
     kw = dict(
-        device="cpu",
+        device=DEV,
         kv_cache_dtype=torch.bfloat16,
         head_num=H,
         head_dim=D,
@@ -566,7 +581,7 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
 
 def test_swa_factory_routes_write_locs() -> None:
     b = init_unified_swa_pools(
-        device="cpu",
+        device=DEV,
         kv_cache_dtype=torch.float16,
         head_num=H,
         head_dim=D,
@@ -655,7 +670,7 @@ def test_import_ukv_does_not_import_the_integration() -> None:
 
 def _swa_bundle(full_tokens: int, swa_tokens: int, page_size: int, lazy: bool, swa_heads: int = H):
     return init_unified_swa_pools(
-        device="cpu",
+        device=DEV,
         kv_cache_dtype=torch.float16,
         head_num=H,
         head_dim=D,
@@ -686,6 +701,7 @@ def test_swa_table_spans_full_ids_beyond_the_swa_page_count() -> None:
     while (ids := a.alloc(1)) is not None:
         kept.append(ids)
         a.free_swa(ids)  # left the window at once: SWA pages never run out
+    settle(b.unified_memory_pool)
     ids = torch.cat(kept)
     assert int(ids.max()) > a.swa_attn_allocator.max_slots
     assert torch.equal(
@@ -694,6 +710,7 @@ def test_swa_table_spans_full_ids_beyond_the_swa_page_count() -> None:
     phys = b.token_to_kv_pool.translate_loc_from_full_to_swa(ids)
     assert bool((phys < 0).all())  # pool level: unclamped, callers filter
     a.free(ids)
+    settle(b.unified_memory_pool)
     assert a.full_attn_allocator.allocated_count() == 0
 
 
@@ -702,7 +719,7 @@ def test_frees_refuse_double_and_repeated_ids(lazy: bool) -> None:
     """Defect 7: lazy frees had no double-free check, and a repeated id double-counted."""
     b = _mamba_bundle(page_size=1, lazy=lazy)
     a = b.token_to_kv_pool_allocator
-    ids = a.alloc(6)
+    ids = a.alloc(6).cpu()  # host ids: the error comes from the free itself
     with pytest.raises(E.SGLangDoubleFreeError):
         a.free(torch.stack([ids[0], ids[0]]))
     assert a.full_attn_allocator.allocated_count() == 6  # nothing was freed
@@ -760,10 +777,12 @@ def test_eager_frees_wait_for_the_forward_stream(
     forward stream, whose forward may still read the bytes compaction moves."""
     waits: list[object] = []
     current = types.SimpleNamespace(wait_stream=waits.append)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: current)
+    import ukv.integrations.sglang.allocator as allocator_module
+
+    monkeypatch.setattr(allocator_module, "current_stream", lambda: current)
     forward = object()
     b = init_unified_swa_pools(
-        device="cpu",
+        device=DEV,
         kv_cache_dtype=torch.float16,
         head_num=H,
         head_dim=D,
@@ -803,11 +822,11 @@ def _pair(
     pool = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device="cpu",
+        device=DEV,
         enable_memory_saver=False,
         page_size=page_size,
     )
-    kw = dict(unified_buffer=pool, device="cpu", page_size=page_size, lazy_compaction=lazy)
+    kw = dict(unified_buffer=pool, device=DEV, page_size=page_size, lazy_compaction=lazy)
     full = MultiEndedAllocator(kvcache=None, sub_pool_name="full", is_id_owner=True, **kw)
     swa = MultiEndedAllocator(kvcache=None, sub_pool_name="swa", is_id_owner=False, **kw)
     return pool, full, swa
@@ -828,6 +847,7 @@ def test_non_owner_binds_the_owners_pages() -> None:
     with pytest.raises(NotImplementedError, match="take_physical"):
         full.take_physical(2)
     swa.free(ids)  # the SWA side only
+    settle(pool)
     assert swa.allocated_count() == 0 and full.allocated_count() == 4
     full.free(ids)
     assert "sub_pool='full'" in full.allocator_state_str()
@@ -838,6 +858,7 @@ def test_lazy_holes_and_the_move_cap() -> None:
     assert full._lazy_max_moves_per_call == 4096
     ids = full.alloc(8)  # four pages
     full.free(ids[2:4])  # a hole under two live pages
+    settle(pool)
     holes = full._free_phys_pages
     assert holes.numel() == 1 and full._pending_reuse == {}
     assert full.live_page_count == 3 and full._allocated_pages() == 4
@@ -859,6 +880,7 @@ def test_backup_restore_and_clear() -> None:
     full.free(ids[:2])
     assert full.allocated_count() == 4  # queued until the group ends
     full.free_group_end()
+    settle(pool)
     assert full.allocated_count() == 2
     full.clear()
     assert full.allocated_count() == 0 and full.watermark_physical == full.num_pages - 1
@@ -874,6 +896,7 @@ def test_state_slots_group_translate_and_host_copies() -> None:
     first = slots.alloc(1)
     assert first.shape == (1,) and slots.available_size() == free_before - 3
     slots.alloc_group_end()  # the two untaken slots go back
+    settle(b.unified_memory_pool)
     assert slots.available_size() == free_before - 1
     assert slots.is_slot_allocated(int(first)) and slots.free_slots.numel() > 0
     phys = slots.translate(torch.tensor([int(first), -1, 0]))
@@ -893,5 +916,6 @@ def test_state_slots_group_translate_and_host_copies() -> None:
     got = kv.get_key_buffer(1).reshape(-1, H, D)[a.translate_kv_loc(ids2)]
     assert torch.equal(got, k.bfloat16())
     assert bool((temporal[:, int(slots.translate(first2)[0])] == 7.0).all())
+    settle(b.unified_memory_pool)
     with pytest.raises(ukv.InvalidIdError):
         a.get_cpu_copy(ids)  # not live any more (unless reused), checked by ukv

@@ -40,6 +40,11 @@ def _host_or(device: Any) -> torch.device:
     return torch.device("cpu") if d.type == "meta" else d
 
 
+def current_stream() -> Any:
+    """The current CUDA stream (a seam for tests on machines without CUDA)."""
+    return torch.cuda.current_stream()
+
+
 def _expand_pages(pages: np.ndarray, page_size: int) -> np.ndarray:
     """Physical pages -> their tokens, ``p*ps + 0..ps-1`` in page order."""
     return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
@@ -391,7 +396,7 @@ class MultiEndedAllocator(_Base):
         """Eager mode with a ``forward_stream``: make the current stream wait on it, so
         the compaction a free triggers runs after the forward that may read those bytes."""
         if self.forward_stream is not None and not self.lazy_compaction:
-            torch.cuda.current_stream().wait_stream(self.forward_stream)
+            current_stream().wait_stream(self.forward_stream)
 
     def free_group_begin(self) -> None:
         """Queue this sub-pool's frees until :meth:`free_group_end` (one compaction)."""
@@ -477,7 +482,17 @@ class MultiEndedAllocator(_Base):
             return int(self.unified_buffer.ukv_pool.flush(urgent=bool(urgent)))
 
     def flush_opportunistic(self) -> int:
-        """A non-urgent flush (never waits for the GPU); the number of page moves."""
+        """Apply the frees of GPU ids still in flight, then a non-urgent flush; the number
+        of page moves.
+
+        SGLang calls this where the GPU is drained (idle, and the disable-overlap
+        boundary) and checks for leaks right after its idle call: applying every queued
+        free here (waiting for their copies, which have landed in those places) makes
+        that check count every free. The flush itself moves no page an in-flight forward
+        writes.
+        """
+        with translated():
+            self.unified_buffer.ukv_pool.sync_frees()
         return self._flush(False)
 
     def _drain_pending_reuse(self, urgent: bool = False) -> None:
