@@ -569,7 +569,6 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
     got = b.token_to_kv_pool.get_key_buffer(3).reshape(-1, H, D)[a.translate_kv_loc(ids)]
     assert torch.equal(got, k.bfloat16())
     for flag, value in (
-        ("enable_mamba_extra_buffer", True),
         ("speculative_num_draft_tokens", 4),
         ("enable_memory_saver", True),
     ):
@@ -919,3 +918,41 @@ def test_state_slots_group_translate_and_host_copies() -> None:
     settle(b.unified_memory_pool)
     with pytest.raises(ukv.InvalidIdError):
         a.get_cpu_copy(ids)  # not live any more (unless reused), checked by ukv
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_mamba_extra_buffer_track_slots_are_state_slots(overlap: bool) -> None:
+    """``enable_mamba_extra_buffer``: each request's ping-pong track slots come from the
+    drop-in's state slots (virtual ids, translated and compacted like the request's own)."""
+    b = _mamba_bundle(
+        page_size=2,
+        lazy=False,
+        enable_mamba_extra_buffer=True,
+        disable_overlap_schedule=not overlap,
+    )
+    req = b.req_to_token_pool
+    slots = req.mamba_allocator
+    per_req = 2 if overlap else 1
+    assert req.req_index_to_mamba_ping_pong_track_buffer_mapping.shape[1] == per_req
+    free_before = slots.available_size()
+    reqs = [
+        types.SimpleNamespace(
+            req_pool_idx=None, mamba_pool_idx=None, mamba_ping_pong_track_buffer=None
+        )
+        for _ in range(3)
+    ]
+    assert req.alloc(reqs) is not None
+    assert slots.available_size() == free_before - 3 * (1 + per_req)
+    for r in reqs:
+        track = req.req_index_to_mamba_ping_pong_track_buffer_mapping[r.req_pool_idx]
+        assert torch.equal(track.cpu(), r.mamba_ping_pong_track_buffer.cpu())
+        assert bool((req.translate_mamba_indices(track) > 0).all())
+    # Freeing the first request's slots compacts the others' track slots; their
+    # translations follow the moved states.
+    _, temporal = b.unified_memory_pool.mamba_views_for("mamba")
+    last = reqs[-1].mamba_ping_pong_track_buffer
+    temporal[:, req.translate_mamba_indices(last).long()] = 3.0
+    req.free_mamba_cache(reqs[0])
+    settle(b.unified_memory_pool)
+    assert slots.available_size() == free_before - 2 * (1 + per_req)
+    assert bool((temporal[:, req.translate_mamba_indices(last).long()] == 3.0).all())

@@ -138,6 +138,7 @@ class _HybridReqToTokenPool(_ReqToTokenPool):
     # Set by the subclass's ``_init_mamba_pool`` and by the factory.
     mamba_allocator: Any
     req_index_to_mamba_index_mapping: torch.Tensor
+    req_index_to_mamba_ping_pong_track_buffer_mapping: torch.Tensor
 
     def __init__(
         self,
@@ -175,7 +176,8 @@ class _HybridReqToTokenPool(_ReqToTokenPool):
         raise NotImplementedError
 
     def alloc(self, reqs: list[Any]) -> list[int] | None:
-        """Request slots, and a state slot for each request that has none."""
+        """Request slots, a state slot for each request that has none and, with the extra
+        buffer, its ping-pong track slots (``req.mamba_ping_pong_track_buffer``)."""
         got = super().alloc(reqs)
         if got is None:
             return None
@@ -185,14 +187,27 @@ class _HybridReqToTokenPool(_ReqToTokenPool):
                 assert mid is not None, "Not enough space for mamba cache"
                 r.mamba_pool_idx = mid[0]
             self.req_index_to_mamba_index_mapping[r.req_pool_idx] = int(r.mamba_pool_idx)
+            if self.enable_mamba_extra_buffer:
+                if getattr(r, "mamba_ping_pong_track_buffer", None) is None:
+                    track = self.mamba_allocator.alloc(self.mamba_ping_pong_track_buffer_size)
+                    assert track is not None, "Not enough space for mamba ping pong idx"
+                    r.mamba_ping_pong_track_buffer = track
+                    r.mamba_next_track_idx = 0
+                mapping = self.req_index_to_mamba_ping_pong_track_buffer_mapping
+                mapping[r.req_pool_idx] = r.mamba_ping_pong_track_buffer.to(mapping.device)
         return got
 
     def get_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
         return self.req_index_to_mamba_index_mapping[req_indices]
 
     def free_mamba_cache(self, req: Any) -> None:
+        """Free the request's state slot and its ping-pong track slots."""
         self.mamba_allocator.free(torch.as_tensor([int(req.mamba_pool_idx)]))
         req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer and req.mamba_ping_pong_track_buffer is not None:
+            track = req.mamba_ping_pong_track_buffer
+            self.mamba_allocator.free(track[track >= 0])
+            req.mamba_ping_pong_track_buffer = None
 
     def clear(self) -> None:
         super().clear()

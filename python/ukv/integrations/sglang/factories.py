@@ -94,8 +94,8 @@ def init_unified_mamba_pools(
 
     Raises:
         SGLangConfigError: ``use_mla_backend`` or a bad page size / sizes.
-        SGLangNotImplementedError: ``enable_memory_saver``, ``enable_mamba_extra_buffer``
-            or ``speculative_num_draft_tokens`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` or
+            ``speculative_num_draft_tokens`` set.
     """
     if use_mla_backend:
         raise SGLangConfigError(
@@ -103,8 +103,6 @@ def init_unified_mamba_pools(
         )
     if enable_memory_saver:
         _refuse("enable_memory_saver", enable_memory_saver)
-    if enable_mamba_extra_buffer:
-        _refuse("enable_mamba_extra_buffer", enable_mamba_extra_buffer)
     if speculative_num_draft_tokens is not None:
         _refuse("speculative_num_draft_tokens", speculative_num_draft_tokens)
     del mamba_full_memory_ratio, end_layer  # the ratio sizes SGLang's budget only
@@ -147,7 +145,7 @@ def init_unified_mamba_pools(
         enable_memory_saver=False,
         cache_params=mamba2_cache_params,
         mamba_layer_ids=mamba_layer_ids,
-        enable_mamba_extra_buffer=False,
+        enable_mamba_extra_buffer=enable_mamba_extra_buffer,
         speculative_num_draft_tokens=None,
         enable_overlap_schedule=not disable_overlap_schedule,
         start_layer=start_layer,

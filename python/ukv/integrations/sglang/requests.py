@@ -14,7 +14,7 @@ import torch
 
 from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.allocator import MultiEndedAllocator
-from ukv.integrations.sglang.errors import SGLangConfigError, SGLangNotImplementedError
+from ukv.integrations.sglang.errors import SGLangConfigError
 from ukv.integrations.sglang.kvcache import UnifiedMambaPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
@@ -120,9 +120,14 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     """SGLang's hybrid request table with the drop-in's state pool (virtual state ids;
     ``translate_mamba_indices`` gives the physical slots kernels read).
 
+    ``enable_mamba_extra_buffer``: each request also holds ping-pong track slots (one, or
+    two with the overlap schedule) for the radix cache's state checkpoints; they are
+    ordinary state slots of the drop-in's slot allocator (virtual ids, translated like
+    the request's own slot) and compact like them.
+
     Raises:
-        SGLangNotImplementedError: ``enable_mamba_extra_buffer`` or
-            ``speculative_num_draft_tokens`` (per-draft state slots are not done yet).
+        SGLangNotImplementedError: ``speculative_num_draft_tokens`` (per-draft
+            intermediate state slots are not done yet).
     """
 
     def __init__(
@@ -142,11 +147,6 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
         enable_overlap_schedule: bool = True,
         start_layer: int | None = None,
     ) -> None:
-        if enable_mamba_extra_buffer:
-            raise SGLangNotImplementedError(
-                "enable_mamba_extra_buffer=True is not implemented by the ukv drop-in yet "
-                "(docs/SGLANG.md)"
-            )
         self._unified_buffer = unified_buffer
         self._mamba_sub_pool_name = mamba_sub_pool_name
         self._shared_mamba_size = unified_buffer.max_slots(mamba_sub_pool_name) - 1
@@ -195,6 +195,11 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
         self.device = device
         rows = self.req_to_token.shape[0]
         self.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int32, device=device)
+        if enable_mamba_extra_buffer:
+            # int64 like the slot ids SGLang stores into it (virtual, as the request's slot).
+            self.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros(
+                (rows, self.mamba_ping_pong_track_buffer_size), dtype=torch.int64, device=device
+            )
 
     def translate_mamba_indices(self, virtual_ids: torch.Tensor) -> torch.Tensor:
         """Virtual state slots -> physical slots, int32; −1 (padding) stays −1."""
