@@ -661,7 +661,9 @@ def test_import_ukv_does_not_import_the_integration() -> None:
         "import sys, ukv; bad = [m for m in sys.modules if m.startswith(('sglang', "
         "'ukv.integrations'))]; assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    # The child imports the ukv this process imported (the installed wheel in CI).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": root})
 
 
 # ----- SGLang's known defects (reference-design.md §12) stay fixed ------------------------------

@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+import ukv
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sglang_stubs import sglang_paths  # noqa: E402
@@ -26,9 +28,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def _child_env() -> dict[str, str]:
+    # The child imports the ukv this process imported (the installed wheel, or python/
+    # with a copied-in _core during development) and this directory's plugin.
     env = dict(os.environ)
-    python = os.path.join(os.path.dirname(HERE), "python")
-    env["PYTHONPATH"] = os.pathsep.join([HERE, python, env.get("PYTHONPATH", "")])
+    ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([HERE, ukv_root])
     return env
 
 
