@@ -602,6 +602,10 @@ def test_swa_factory_routes_write_locs() -> None:
     )
     a, kv = b.token_to_kv_pool_allocator, b.token_to_kv_pool
     assert kv.full_to_swa_index_mapping is None and kv.layers_mapping[2] == (1, True)
+    full_kv = kv.full_kv_pool
+    assert not full_kv.is_quantized_kv_cache() and full_kv.get_v_head_dim() == D
+    assert full_kv.data_ptrs.numel() == 2 * 2 and full_kv.data_strides.numel() == 4
+    assert int(full_kv.data_ptrs[0]) == full_kv.k_buffer[0].data_ptr()
     ids = a.alloc(4)
     full_loc, swa_loc = a.translate_kv_loc(ids), a.translate_loc_from_full_to_swa(ids)
     k = torch.randn(4, H, D)

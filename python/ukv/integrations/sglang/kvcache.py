@@ -74,9 +74,33 @@ class UnifiedMHATokenToKVPool(_MHABase):
         self.layer_transfer_counter = None
         self.enable_custom_mem_pool = False
         self.custom_mem_pool = None
+        self.quant_method = None  # ukv stores fp8 as bits; no SGLang quant method
         self.mem_usage = 0.0
 
+    def is_quantized_kv_cache(self) -> bool:
+        """False: no SGLang KV quantization method (an fp8 cache is stored as bits)."""
+        return False
+
+    def _clear_buffers(self) -> None:
+        """Nothing to free: the drop-in pool owns the buffer."""
+
     # ----- views ---------------------------------------------------------------------------------
+
+    @property
+    def data_ptrs(self) -> torch.Tensor:
+        """Data pointers of every K then V layer view (uint64), for external inspectors."""
+        views = self.k_buffer + self.v_buffer
+        return torch.tensor([v.data_ptr() for v in views], dtype=torch.uint64)
+
+    @property
+    def data_strides(self) -> torch.Tensor:
+        """Bytes per page of every K then V layer view."""
+        views = self.k_buffer + self.v_buffer
+        return torch.tensor([v.stride(0) * v.element_size() for v in views])
+
+    def get_v_head_dim(self) -> int:
+        """The V head dim."""
+        return int(self.v_head_dim)
 
     @property
     def k_buffer(self) -> list[torch.Tensor]:
