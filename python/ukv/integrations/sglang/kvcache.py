@@ -64,7 +64,7 @@ class UnifiedMHATokenToKVPool(_MHABase):
         self.store_dtype = spec.store_dtype
         self.head_num = spec.head_num
         self.head_dim = spec.head_dim
-        self.v_head_dim = spec.v_head_dim
+        self.v_head_dim = spec.v_head_dim if spec.v_head_dim is not None else spec.head_dim
         self.layer_num = spec.layer_num
         self.device = unified_buffer.device
         self.start_layer = start_layer or 0
@@ -100,7 +100,7 @@ class UnifiedMHATokenToKVPool(_MHABase):
 
     def get_v_head_dim(self) -> int:
         """The V head dim."""
-        return int(self.v_head_dim)
+        return self.v_head_dim
 
     @property
     def k_buffer(self) -> list[torch.Tensor]:
