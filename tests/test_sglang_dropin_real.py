@@ -74,6 +74,10 @@ CALL_SITES = textwrap.dedent(
 
     # SGLang's own modules hold the drop-in's classes under SGLang's names.
     assert ump.__ukv_dropin__ and mea.__ukv_dropin__
+    # Names SGLang's tests replace at runtime are there to replace.
+    from sglang.srt.mem_cache.allocator import paged
+    assert mea.alloc_extend_kernel is paged.alloc_extend_kernel
+    assert mea.alloc_decode_kernel is paged.alloc_decode_kernel
     assert schedule_policy.UnifiedMambaTokenToKVPoolAllocator is ours.UnifiedMambaTokenToKVPoolAllocator
     assert mamba_radix_cache.UnifiedMambaTokenToKVPoolAllocator is ours.UnifiedMambaTokenToKVPoolAllocator
 

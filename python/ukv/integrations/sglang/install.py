@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MODULES", "install", "installed", "uninstall"]
+__all__ = ["MODULES", "PASSTHROUGH", "install", "installed", "uninstall"]
 
 _PKG = "ukv.integrations.sglang"
 
@@ -53,6 +53,17 @@ MODULES: dict[str, dict[str, tuple[str, str]]] = {
 }
 
 
+#: Names SGLang's module re-exports from SGLang itself and its tests may replace at
+#: runtime (``monkeypatch.setattr`` needs them present). Served when SGLang has them; the
+#: drop-in never calls them (ukv allocates in its core), so replacing them changes nothing.
+PASSTHROUGH: dict[str, dict[str, tuple[str, str]]] = {
+    "sglang.srt.mem_cache.multi_ended_allocator": {
+        "alloc_extend_kernel": ("sglang.srt.mem_cache.allocator.paged", "alloc_extend_kernel"),
+        "alloc_decode_kernel": ("sglang.srt.mem_cache.allocator.paged", "alloc_decode_kernel"),
+    },
+}
+
+
 class _Loader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return None  # the default module object
@@ -61,6 +72,11 @@ class _Loader(importlib.abc.Loader):
         module.__doc__ = f"SGLang's {module.__name__}, served by the ukv drop-in ({_PKG})."
         for name, (source, attr) in MODULES[module.__name__].items():
             setattr(module, name, getattr(importlib.import_module(source), attr))
+        for name, (source, attr) in PASSTHROUGH.get(module.__name__, {}).items():
+            try:
+                setattr(module, name, getattr(importlib.import_module(source), attr))
+            except (ImportError, AttributeError):
+                pass  # SGLang without them: nothing to replace
         module.__all__ = list(MODULES[module.__name__])  # type: ignore[attr-defined]
         module.__ukv_dropin__ = True  # type: ignore[attr-defined]
 
