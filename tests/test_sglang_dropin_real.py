@@ -136,6 +136,28 @@ CALL_SITES = textwrap.dedent(
     s.token_to_kv_pool.set_kv_buffer(types.SimpleNamespace(layer_id=2), write, k, k)
     got = s.token_to_kv_pool.get_key_buffer(2).reshape(-1, 2, 4)[swa_loc.long()]
     assert torch.equal(got, k.half())
+    # SGLang's own mem_cache.common functions on the drop-in's objects.
+    sa.free(ids)
+    req_pool = mp.ReqToTokenPool(size=4, max_context_len=64, device="cpu", enable_memory_saver=False)
+    r = types.SimpleNamespace(req_pool_idx=None, kv=None, cache_protected_len=0,
+                              inflight_middle_chunks=0, kv_committed_len=0)
+    assert req_pool.alloc([r]) is not None
+    toks = sa.alloc(24)
+    req_pool.write((r.req_pool_idx, slice(0, 24)), toks.to(torch.int32))
+    r.kv = types.SimpleNamespace(swa_evicted_seqlen=0)
+    common.free_swa_out_of_window_slots(
+        r, 24, sliding_window_size=8, page_size=2, req_to_token_pool=req_pool,
+        token_to_kv_pool_allocator=sa,
+    )
+    gone = r.kv.swa_evicted_seqlen
+    assert gone == 16, gone
+    assert bool((sa.translate_loc_from_full_to_swa(toks[:gone]) == 0).all())
+    assert bool((sa.translate_loc_from_full_to_swa(toks[gone:]) > 0).all())
+    asked = []
+    tree = types.SimpleNamespace(is_chunk_cache=lambda: False, token_to_kv_pool_allocator=sa,
+                                 evict=asked.append)
+    common.evict_from_tree_cache(tree, sa.full_available_size() + 2)
+    assert len(asked) == 1 and asked[0].num_tokens == 2  # the SWA-allocator branch
     try:  # a bare loc carries no swa_loc: SGLang's assertion, typed
         s.token_to_kv_pool.set_kv_buffer(types.SimpleNamespace(layer_id=2), ids, k, k)
         raise SystemExit("a bare loc was accepted for an SWA layer")
