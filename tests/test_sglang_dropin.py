@@ -561,7 +561,7 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
     virt = torch.stack([torch.as_tensor(r.mamba_pool_idx) for r in reqs])
     phys = req.translate_mamba_indices(torch.cat([virt, torch.tensor([-1])]))
     assert phys.dtype == torch.int32 and int(phys[-1]) == -1 and bool((phys[:-1] > 0).all())
-    k = torch.randn(4, H, D)
+    k = torch.randn(4, H, D, device=DEV)
     ids = a.alloc(4)
     b.token_to_kv_pool.set_kv_buffer(
         types.SimpleNamespace(layer_id=3), a.translate_kv_loc(ids), k, k
@@ -608,7 +608,7 @@ def test_swa_factory_routes_write_locs() -> None:
     assert int(full_kv.data_ptrs[0]) == full_kv.k_buffer[0].data_ptr()
     ids = a.alloc(4)
     full_loc, swa_loc = a.translate_kv_loc(ids), a.translate_loc_from_full_to_swa(ids)
-    k = torch.randn(4, H, D)
+    k = torch.randn(4, H, D, device=DEV)
     loc = types.SimpleNamespace(full_loc=full_loc, swa_loc=swa_loc)
     kv.set_kv_buffer(types.SimpleNamespace(layer_id=2), loc, k, k)
     kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), loc, -k, -k)
@@ -908,7 +908,7 @@ def test_state_slots_group_translate_and_host_copies() -> None:
     assert int(phys[0]) > 0 and int(phys[1]) == -1 and int(phys[2]) == -1
     # Retraction of tokens and their state, by virtual ids.
     ids = a.alloc(4)
-    k = torch.randn(4, H, D)
+    k = torch.randn(4, H, D, device=DEV)
     kv = b.token_to_kv_pool
     kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), a.translate_kv_loc(ids), k, k)
     _, temporal = b.unified_memory_pool.mamba_views_for("mamba")
@@ -962,3 +962,59 @@ def test_mamba_extra_buffer_track_slots_are_state_slots(overlap: bool) -> None:
     settle(b.unified_memory_pool)
     assert slots.available_size() == free_before - 2 * (1 + per_req)
     assert bool((temporal[:, req.translate_mamba_indices(last).long()] == 3.0).all())
+
+
+def test_kv_pools_built_before_allocators_follow_their_page_size() -> None:
+    """SGLang may build the pool and its KV pools with page size 1 and the allocators with
+    the serving page size: the KV pools address the bytes at the allocators' page size."""
+    pool = UnifiedKVPool(
+        total_bytes=1 << 15,
+        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
+        device=DEV,
+        enable_memory_saver=False,
+        page_size=1,
+    )
+    from ukv.integrations.sglang.kvcache import UnifiedSWAKVPool
+
+    kv = UnifiedSWAKVPool(
+        unified_buffer=pool,
+        swa_attention_layer_ids=[0, 2],
+        full_attention_layer_ids=[1, 3],
+        page_size=1,
+    )
+    assert not pool.is_built
+    alloc = UnifiedSWATokenToKVPoolAllocator(
+        unified_buffer=pool,
+        kvcache=kv,
+        device=DEV,
+        full_max_total_num_tokens=128,
+        swa_max_total_num_tokens=64,
+        page_size=4,
+        lazy_compaction=True,
+    )
+    assert pool.page_size == kv.page_size == kv.full_kv_pool.page_size == 4
+    assert kv.size == pool.max_slots("full") - 1
+    assert kv.full_kv_pool.k_buffer[0].shape[1] == 4
+    ids = alloc.alloc(8)
+    k = torch.randn(8, H, D, device=DEV)
+    loc = bases_kvwriteloc(ids, alloc)
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), loc, k, k)
+    kv.set_kv_buffer(types.SimpleNamespace(layer_id=2), loc, -k, -k)
+    alloc.free(ids[:4])  # compacts (eager) or leaves a hole (lazy), then flush
+    alloc.flush_opportunistic()
+    full_k = kv.get_key_buffer(1)
+    swa_k = kv.get_key_buffer(2)
+    fp, sp = alloc.translate_kv_loc(ids[4:]), alloc.translate_loc_from_full_to_swa(ids[4:]).long()
+    assert torch.equal(full_k[fp // 4, fp % 4], k[4:])
+    assert torch.equal(swa_k[sp // 4, sp % 4], -k[4:])
+
+
+def bases_kvwriteloc(ids: torch.Tensor, alloc: UnifiedSWATokenToKVPoolAllocator) -> object:
+    """SGLang's ``KVWriteLoc`` (or the stand-in) with both sides' physical locations."""
+    from ukv.integrations.sglang import bases
+
+    return bases.names["KVWriteLoc"](
+        loc=ids,
+        swa_loc=alloc.translate_loc_from_full_to_swa(ids),
+        full_loc=alloc.translate_kv_loc(ids),
+    )

@@ -36,7 +36,9 @@ class UnifiedMHATokenToKVPool(_MHABase):
     Args:
         unified_buffer: The drop-in pool.
         sub_pool_name: An MHA sub-pool.
-        page_size: Tokens per page (fixes the pool's page size if not fixed yet).
+        page_size: Accepted for SGLang's signature: the pool's page size (fixed by its
+            allocators) governs, so a KV pool built before allocators with another page
+            size still addresses the right bytes (its views are read when used).
         start_layer: First model layer of this pool (``layer.layer_id - start_layer`` is
             the pool's layer index).
         end_layer: Last model layer (informational).
@@ -54,12 +56,8 @@ class UnifiedMHATokenToKVPool(_MHABase):
         enable_alt_stream: bool = True,
     ) -> None:
         spec = unified_buffer.mha_spec(sub_pool_name)
-        unified_buffer.fix_page_size(page_size, f"KV pool of {sub_pool_name!r}")
         self._unified_buffer = unified_buffer
         self._sub_pool_name = sub_pool_name
-        self._page_size = page_size
-        self.page_size = page_size
-        self.size = unified_buffer.max_slots(sub_pool_name) - 1
         self.dtype = spec.store_dtype
         self.store_dtype = spec.store_dtype
         self.head_num = spec.head_num
@@ -76,6 +74,20 @@ class UnifiedMHATokenToKVPool(_MHABase):
         self.custom_mem_pool = None
         self.quant_method = None  # ukv stores fp8 as bits; no SGLang quant method
         self.mem_usage = 0.0
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per page: the drop-in pool's KV page size."""
+        return self._unified_buffer.page_size
+
+    @property
+    def _page_size(self) -> int:
+        return self._unified_buffer.page_size
+
+    @property
+    def size(self) -> int:
+        """Token slots of this sub-pool (its index space minus the padding slot)."""
+        return self._unified_buffer.max_slots(self._sub_pool_name) - 1
 
     def is_quantized_kv_cache(self) -> bool:
         """False: no SGLang KV quantization method (an fp8 cache is stored as bits)."""
@@ -335,7 +347,8 @@ class UnifiedSWAKVPool(_SWABase):
         unified_buffer: The drop-in pool with MHA sub-pools ``"full"`` and ``"swa"``.
         swa_attention_layer_ids: Model layer ids of the sliding-window layers.
         full_attention_layer_ids: Model layer ids of the full-attention layers.
-        page_size, start_layer, end_layer: As :class:`UnifiedMHATokenToKVPool`.
+        page_size, start_layer, end_layer: As :class:`UnifiedMHATokenToKVPool` (the
+            page size is the pool's, fixed by its allocators).
         enable_memory_saver: Must be False.
     """
 
@@ -364,7 +377,6 @@ class UnifiedSWAKVPool(_SWABase):
         self.full_layer_nums = len(full_attention_layer_ids)
         self.layer_num = self.full_layer_nums + self.swa_layer_nums
         self.start_layer = start_layer or 0
-        self.page_size = page_size
         self.layer_transfer_counter = None
         self.dtype = full.store_dtype
         self.head_num = full.head_num
@@ -384,8 +396,6 @@ class UnifiedSWAKVPool(_SWABase):
             start_layer=start_layer,
             end_layer=end_layer,
         )
-        self.size = unified_buffer.max_slots("full") - 1
-        self.size_swa = unified_buffer.max_slots("swa") - 1
         self.enable_custom_mem_pool = False
         self.custom_mem_pool = None
         self.layers_mapping: dict[int, tuple[int, bool]] = {}
@@ -397,6 +407,21 @@ class UnifiedSWAKVPool(_SWABase):
         self.mem_usage = 0.0
         self._full_allocator: Any = None
         self._swa_allocator: Any = None
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per page: the drop-in pool's KV page size."""
+        return self.unified_buffer.page_size
+
+    @property
+    def size(self) -> int:
+        """Full-side token slots (minus the padding slot)."""
+        return self.unified_buffer.max_slots("full") - 1
+
+    @property
+    def size_swa(self) -> int:
+        """SWA-side token slots (minus the padding slot)."""
+        return self.unified_buffer.max_slots("swa") - 1
 
     def attach_allocators(self, *, full_allocator: Any, swa_allocator: Any) -> None:
         """Wire the two sides' allocators (their tables translate ids)."""
