@@ -913,11 +913,12 @@ def test_state_slots_group_translate_and_host_copies() -> None:
     kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), a.translate_kv_loc(ids), k, k)
     _, temporal = b.unified_memory_pool.mamba_views_for("mamba")
     temporal[:, int(phys[0])] = 7.0
-    copy = a.get_cpu_copy(ids, first)
+    # SGLang passes one request's slot as req.mamba_pool_idx: a 0-d tensor.
+    copy = a.get_cpu_copy(ids, mamba_indices=first[0])
     a.free(ids)
     slots.free(first)
     ids2, first2 = a.alloc(4), slots.alloc(1)
-    a.load_cpu_copy(copy, ids2, first2)
+    a.load_cpu_copy(copy, ids2, mamba_indices=first2[0])
     got = kv.get_key_buffer(1).reshape(-1, H, D)[a.translate_kv_loc(ids2)]
     assert torch.equal(got, k.bfloat16())
     assert bool((temporal[:, int(slots.translate(first2)[0])] == 7.0).all())

@@ -120,6 +120,22 @@ CALL_SITES = textwrap.dedent(
     got = b.token_to_kv_pool.get_key_buffer(3).reshape(-1, 2, 4)[phys]
     assert torch.equal(got, k.bfloat16())
 
+    # SGLang's own retraction (Req.offload_kv_cache / load_kv_cache) through the drop-in.
+    from sglang.srt.managers.schedule_batch import Req
+    rq = reqs[0]
+    toks = a.alloc(8)
+    b.req_to_token_pool.write((rq.req_pool_idx, slice(0, 8)), toks.to(torch.int32))
+    kk = torch.randn(8, 2, 4)
+    b.token_to_kv_pool.set_kv_buffer(types.SimpleNamespace(layer_id=1), a.translate_kv_loc(toks), kk, kk)
+    rq.seqlen = 9  # offload copies tokens [0, seqlen - 1)
+    Req.offload_kv_cache(rq, b.req_to_token_pool, a)
+    a.free(toks)
+    toks2 = a.alloc(8)
+    b.req_to_token_pool.write((rq.req_pool_idx, slice(0, 8)), toks2.to(torch.int32))
+    Req.load_kv_cache(rq, b.req_to_token_pool, a)
+    got = b.token_to_kv_pool.get_key_buffer(1).reshape(-1, 2, 4)[a.translate_kv_loc(toks2)]
+    assert torch.equal(got, kk.bfloat16())
+
     s = ump.init_unified_swa_pools(
         device="cpu", kv_cache_dtype=torch.float16, head_num=2, head_dim=4, v_head_dim=4,
         swa_head_num=2, swa_head_dim=4, swa_v_head_dim=4, page_size=2, start_layer=0,

@@ -24,6 +24,11 @@ _Base: Any = bases.names["BaseTokenToKVPoolAllocator"]
 _SWABase: Any = bases.names["SWATokenToKVPoolAllocator"]
 
 
+def _slot_ids(value: Any) -> torch.Tensor:
+    """State slot ids as a 1-D tensor (SGLang passes one request's slot as a 0-d tensor)."""
+    return torch.as_tensor(value).reshape(-1)
+
+
 class _PairMixin:
     """What both composites share: forwards, flushes, host copies."""
 
@@ -210,12 +215,15 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
         self.mamba_allocator.clear()
         self.is_not_in_free_group = True
 
-    def get_cpu_copy(self, indices: torch.Tensor, mamba_indices: torch.Tensor | None = None) -> Any:
-        """Host copies of these **virtual** tokens (and state slots), for retraction."""
+    def get_cpu_copy(self, indices: torch.Tensor, mamba_indices: Any = None) -> Any:
+        """Host copies of these **virtual** tokens (and state slots: a request's one slot,
+        0-d as SGLang passes ``req.mamba_pool_idx``, or several), for retraction."""
         pool = self.unified_buffer.ukv_pool
         with translated():
             kv = pool.get_cpu_copy("full", indices)
-            states = None if mamba_indices is None else pool.get_cpu_copy("mamba", mamba_indices)
+            states = None
+            if mamba_indices is not None:
+                states = pool.get_cpu_copy("mamba", _slot_ids(mamba_indices))
         return kv, states
 
     def load_cpu_copy(
@@ -227,7 +235,7 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
         with translated():
             pool.load_cpu_copy("full", kv, indices)
             if states is not None and mamba_indices is not None:
-                pool.load_cpu_copy("mamba", states, mamba_indices)
+                pool.load_cpu_copy("mamba", states, _slot_ids(mamba_indices))
 
 
 class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
