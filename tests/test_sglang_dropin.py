@@ -1019,3 +1019,72 @@ def bases_kvwriteloc(ids: torch.Tensor, alloc: UnifiedSWATokenToKVPoolAllocator)
         swa_loc=alloc.translate_loc_from_full_to_swa(ids),
         full_loc=alloc.translate_kv_loc(ids),
     )
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_randomized_swa_trace_keeps_bytes(lazy: bool, page_size: int) -> None:
+    """A seeded random scheduler trace through the SWA factory's stack: every token's
+    value, written through SGLang's write path, reads back on both sides (the SWA side
+    while it is in the window) after every compaction."""
+    gen = torch.Generator().manual_seed(1000 * page_size + lazy)
+    window = 4 * page_size
+    b = _swa_bundle(full_tokens=160, swa_tokens=96, page_size=page_size, lazy=lazy)
+    a, kv = b.token_to_kv_pool_allocator, b.token_to_kv_pool
+    reqs: list[torch.Tensor] = []  # virtual tokens per request
+    released: list[int] = []  # tokens whose SWA side is released, per request
+    value = {}  # virtual token -> the value written
+
+    def write(ids: torch.Tensor) -> None:
+        vals = torch.rand(ids.numel(), generator=gen) * 100
+        k = vals[:, None, None].expand(-1, H, D).to(DEV, torch.float16)
+        loc = bases_kvwriteloc(ids, a)
+        kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), loc, k, k)  # full layer
+        kv.set_kv_buffer(types.SimpleNamespace(layer_id=0), loc, -k, -k)  # SWA layer
+        for t, v in zip(ids.tolist(), k[:, 0, 0].tolist()):
+            value[t] = v
+
+    def check() -> None:
+        for r, gone in zip(reqs, released):
+            want = torch.tensor([value[t] for t in r.tolist()], dtype=torch.float16, device=DEV)
+            fp = a.translate_kv_loc(r)
+            full = kv.get_key_buffer(1)[fp // page_size, fp % page_size, 0, 0]
+            assert torch.equal(full, want)
+            live = r[gone:]
+            sp = a.translate_loc_from_full_to_swa(live).long()
+            swa = kv.get_key_buffer(0)[sp // page_size, sp % page_size, 0, 0]
+            assert torch.equal(swa, -want[gone:])
+
+    for _ in range(80):
+        op = int(torch.randint(0, 10, (1,), generator=gen))
+        if op < 3 or not reqs:  # a new request prefills
+            n = int(torch.randint(1, 3 * page_size + 2, (1,), generator=gen))
+            zero = torch.zeros(1, dtype=torch.int64)
+            seq = torch.tensor([n])
+            ids = a.alloc_extend(zero, zero, seq, seq, torch.full((1,), -1), n)
+            if ids is not None:
+                reqs.append(ids)
+                released.append(0)
+                write(ids)
+        elif op < 7:  # a decode step for every request
+            last = torch.stack([r[-1] for r in reqs])
+            seq = torch.tensor([r.numel() + 1 for r in reqs])
+            new = a.alloc_decode(seq, seq, last)
+            if new is not None:
+                reqs = [torch.cat([r, t.view(1)]) for r, t in zip(reqs, new)]
+                write(new)
+        elif op < 9:  # the window moves: release whole pages that left it
+            a.free_group_begin()
+            for i, r in enumerate(reqs):
+                out = ((r.numel() - window) // page_size) * page_size
+                if out > released[i]:
+                    a.free_swa(r[released[i] : out])
+                    released[i] = out
+            a.free_group_end()
+        else:  # the oldest request finishes
+            a.free(reqs.pop(0))
+            released.pop(0)
+        a.flush_opportunistic()
+        check()
+    b.unified_memory_pool.ukv_pool.check_invariants()
+    assert b.unified_memory_pool.ukv_pool.stats().pages_moved > 0
