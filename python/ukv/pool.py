@@ -500,7 +500,10 @@ class UnifiedKVPool:
             listener: Called with ``[(sub_pool_name, src_pages, dst_pages), ...]``, one
                 entry per sub-pool with moves, in execution order; ``src_pages`` and
                 ``dst_pages`` are int64 NumPy arrays of physical **page** ids (page i
-                moved from ``src_pages[i]`` to ``dst_pages[i]``).
+                moved from ``src_pages[i]`` to ``dst_pages[i]``). It should not raise:
+                its exception propagates from the call whose plan it heard, after that
+                plan took effect (the pool stays consistent, but an allocation's ids
+                are then not returned).
         """
         with self._lock:
             self._runtime.move_listeners.append(listener)
