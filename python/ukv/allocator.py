@@ -83,6 +83,15 @@ class SubPoolAllocator:
         """Up: the first free page. Down: the highest free page."""
         return int(self._arena.pool_state(self._index)[0])
 
+    def free_virtual_pages(self) -> np.ndarray | None:
+        """The free virtual page ids in hand-out order (allocation takes from the front,
+        frees append at the back), as a fresh int64 array; None for a sub-pool that
+        binds another's ids (it mints none). For integrations and tests that mirror
+        an engine's own free list."""
+        if not self.is_id_owner:
+            return None
+        return np.array(self._arena.free_ids(self._index), dtype=np.int64)
+
     # ----- capacity -------------------------------------------------------------------
 
     def available_size(self) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import numbers
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -484,6 +484,43 @@ class UnifiedKVPool:
             writes = None if out_cache_loc is None else rt.forwards.landing(out_cache_loc, rt.ring)
             token = rt.forwards.report(event, writes)
             self._arena.set_latest_token(token)
+
+    def add_move_listener(
+        self, listener: Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]
+    ) -> None:
+        """Call ``listener`` after every executed plan that moved pages.
+
+        For engines whose own objects mirror the pool's bytes (an integration that
+        reports relocations to the engine's cache object, or a test shadow): the bytes
+        in this pool have already moved when it is called, under the pool's lock.
+
+        Args:
+            listener: Called with ``[(sub_pool_name, src_pages, dst_pages), ...]``, one
+                entry per sub-pool with moves, in execution order; ``src_pages`` and
+                ``dst_pages`` are int64 NumPy arrays of physical **page** ids (page i
+                moved from ``src_pages[i]`` to ``dst_pages[i]``). It should not raise:
+                its exception propagates from the call whose plan it heard, after that
+                plan took effect (the pool stays consistent, but an allocation's ids
+                are then not returned).
+        """
+        with self._lock:
+            self._runtime.move_listeners.append(listener)
+
+    def remove_move_listener(
+        self, listener: Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]
+    ) -> None:
+        """Stop calling ``listener`` (see :meth:`add_move_listener`).
+
+        Raises:
+            ArgumentError: ``listener`` is not registered.
+        """
+        with self._lock:
+            try:
+                self._runtime.move_listeners.remove(listener)
+            except ValueError:
+                raise ArgumentError(
+                    f"bad argument listener = {listener!r}: not a move listener of this pool"
+                ) from None
 
     def retire_completed(self) -> None:
         """Release what completed forwards were holding (pending pages, write blockers)."""

@@ -82,6 +82,8 @@ class PoolRuntime:
         self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
+        # Called with each executed plan's page moves (see ``add_move_listener``).
+        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
 
     def index(self, name: str) -> int:
         """The index of sub-pool ``name``.
@@ -109,10 +111,25 @@ class PoolRuntime:
         try:
             if self.cuda_index >= 0 and torch._C._cuda_getDevice() != self.cuda_index:
                 with torch.cuda.device(self.cuda_index):
-                    return self.run(want_ids, last)
-            return self.run(want_ids, last)
+                    out = self.run(want_ids, last)
+            else:
+                out = self.run(want_ids, last)
         except BaseException as exc:  # any failure: tables and bytes may now disagree
             raise self.poison(f"executing a plan failed: {exc!r}") from exc
+        if self.move_listeners:
+            self._report_moves()
+        return out
+
+    def _report_moves(self) -> None:
+        """Hand the executed plan's page moves to every move listener (a plan without
+        moves reports nothing). The bytes have moved already; a listener that raises
+        propagates, but the pool stays consistent (its plan is complete)."""
+        moves = [
+            (self.info[i]["name"], src, dst) for i, src, dst in self.arena.plan_moves() if len(src)
+        ]
+        if moves:
+            for listener in list(self.move_listeners):
+                listener(moves)
 
     def poison(self, why: str) -> PoolPoisonedError:
         """Refuse every later call: the core's tables may no longer match the device."""

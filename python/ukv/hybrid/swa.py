@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ukv import ops
+from ukv import _convert, ops
 from ukv.allocator import SubPoolAllocator
 from ukv.errors import ArgumentError
 from ukv.specs import MHASpec
@@ -109,6 +109,32 @@ class SWAHybridAllocator(SubPoolAllocator):
 
     def _core_free_swa(self, ids: np.ndarray) -> None:
         self._arena.swa_free_nonowner(self._index, self._swa, ids)
+
+    def bind_swa_pages(self, virtual_pages: torch.Tensor) -> bool:
+        """Bind the SWA side of full's virtual pages that are live on full and unbound
+        on SWA (an engine that allocated on the full side alone and binds the window's
+        side afterwards, as SGLang's ``alloc_with_virtual`` does).
+
+        Args:
+            virtual_pages: shape ``[N]`` int32/int64 virtual **page** ids (host ids).
+
+        Returns:
+            bool: True when they were bound; False when the SWA side has no room for
+            them (nothing changes then).
+
+        Raises:
+            InvalidIdError: a page negative, reserved or beyond the id space.
+            ArgumentError: a page not live on full or already bound on SWA; wrong dtype,
+                rank or contiguity. Nothing is bound then.
+        """
+        pages = _convert.host_ids("virtual_pages", virtual_pages)
+        if pages.size == 0:
+            return True
+        arena, s = self._arena, self._swa
+        res, _ = self._rt.allocate(
+            lambda: True if arena.alloc_with_virtual(s, pages) else None, s, False
+        )
+        return res is not None
 
     def translate_loc_from_full_to_swa(
         self, ids: torch.Tensor, *, out: torch.Tensor | None = None

@@ -1,0 +1,110 @@
+"""A pytest plugin (``-p sglang_stubs``) that makes a ``--no-deps`` SGLang importable.
+
+Used only by ``test_sglang_dropin_real.py``, in a child process: it puts the directories
+of ``UKV_SGLANG_PATH`` (``os.pathsep``-separated: SGLang 0.5.16 installed with
+``pip install --no-deps --target``, plus any real dependencies installed the same way) in
+front of ``sys.path``, and serves stand-in modules for the third-party packages SGLang
+imports at module level but the memory-pool path never uses (:data:`STUBBED`). A
+stand-in's attributes are further stand-ins; classes may derive from them.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from typing import Any
+
+#: Third-party top-level packages served as stand-ins (never called on this path).
+STUBBED = (
+    "aiohttp",
+    "compressed_tensors",
+    "einops",
+    "gguf",
+    "sentencepiece",
+    "starlette",
+    "torchvision",
+    "zmq",
+)
+
+
+class _StandInBase:
+    """What a class deriving from a stand-in derives from."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        pass
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return cls
+
+
+class _StandIn:
+    """Any attribute, call, subscript or union of a stand-in is a stand-in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _StandIn:
+        return _StandIn()
+
+    def __getattr__(self, name: str) -> _StandIn:
+        return _StandIn()
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return (_StandInBase,)
+
+    def __getitem__(self, key: Any) -> _StandIn:
+        return _StandIn()
+
+    def __or__(self, other: Any) -> _StandIn:
+        return self
+
+    __ror__ = __or__
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _StandIn()
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname.split(".")[0] in STUBBED:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0"  # read by transformers' version probes
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def sglang_paths() -> list[str]:
+    """The directories of ``UKV_SGLANG_PATH`` that exist."""
+    raw = os.environ.get("UKV_SGLANG_PATH", "")
+    return [p for p in raw.split(os.pathsep) if p and os.path.isdir(p)]
+
+
+def pytest_configure(config: Any) -> None:
+    sys.path[:0] = sglang_paths()
+    sys.meta_path.append(_StandInFinder())
+    from ukv.integrations.sglang import bases
+
+    assert bases.FROM_SGLANG, "SGLang's base classes did not import (see UKV_SGLANG_PATH)"
