@@ -200,8 +200,12 @@ def test_family_specs_build_a_pool(name: str) -> None:
 
 
 def test_fixture_directory_has_every_family() -> None:
+    # Qwen3.5-4B: the vLLM block-size fixture of tests/test_sim_padded.py (same family as 35B).
     on_disk = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
-    assert set(EXPECTED) | {"Nemotron-Nano-9B-v2", "gpt-oss-120b", "Gemma-3-27B"} == on_disk
+    assert (
+        set(EXPECTED) | {"Nemotron-Nano-9B-v2", "gpt-oss-120b", "Gemma-3-27B", "Qwen3.5-4B"}
+        == on_disk
+    )
 
 
 # ----------------------------------------------------------------------------- layouts
