@@ -240,7 +240,9 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
         full.alloc(3)
     with pytest.raises(E.SGLangArgumentError):
         swa.alloc(4)
-    # A geometry read fixes the page size; a later allocator with another one is refused.
+    # A geometry read fixes nothing (SGLang reads max_slots, then builds allocators at
+    # the serving page size); reading the views builds ukv's pool at the page size known
+    # then, and a later allocator with another one is refused.
     other = UnifiedKVPool(
         total_bytes=1 << 14,
         sub_pool_specs=[mha("full", "down"), mamba()],
@@ -248,7 +250,10 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
         enable_memory_saver=False,
         page_size=2,
     )
-    other.max_slots("full")
+    assert other.max_slots("full") == (1 << 14) // other.spec("full").entry_bytes()
+    other.min_slot_index("full")
+    assert not other.is_built and other.page_size == 2
+    other.mha_views_for("full")
     with pytest.raises(E.SGLangConfigError, match="already fixed at 2"):
         MultiEndedAllocator(
             kvcache=None,
@@ -868,8 +873,12 @@ def test_lazy_holes_and_the_move_cap() -> None:
     assert holes.numel() == 1 and full._pending_reuse == {}
     assert full.live_page_count == 3 and full._allocated_pages() == 4
     assert int(full.physical_to_virtual[int(holes[0])]) == -1
-    with pytest.raises(NotImplementedError, match="before the second allocator"):
-        full._lazy_max_moves_per_call = 7
+    # SGLang's tests set the cap after both allocators exist; the next flush obeys it.
+    full._lazy_max_moves_per_call = 7
+    assert pool.ukv_pool.max_moves_per_flush == 7 and swa._lazy_max_moves_per_call == 7
+    with pytest.raises(AssertionError, match="positive int"):
+        full._lazy_max_moves_per_call = 0
+    assert full._lazy_max_moves_per_call == 7
     assert full.flush_opportunistic() == 1
     assert full._free_phys_pages.numel() == 0 and full._allocated_pages() == 3
 

@@ -423,6 +423,22 @@ class UnifiedKVPool:
                 return 0
             return self._flush_locked(bool(urgent))
 
+    @property
+    def max_moves_per_flush(self) -> int:
+        """The page-move cap of one non-urgent :meth:`flush` (settable: the next flush
+        obeys the new cap).
+
+        Raises:
+            PoolConfigError: (on assignment) a value that is not a positive int; the cap
+                is unchanged then.
+        """
+        return int(self._arena.max_moves_per_flush())
+
+    @max_moves_per_flush.setter
+    def max_moves_per_flush(self, value: int) -> None:
+        with self._lock:
+            self._arena.set_max_moves_per_flush(_positive("max_moves_per_flush", value))
+
     def _flush_locked(self, urgent: bool) -> int:
         rt = self._runtime
         if urgent:

@@ -790,6 +790,27 @@ impl Arena {
         moves
     }
 
+    /// The page-move cap of one non-urgent flush.
+    pub fn max_moves_per_flush(&self) -> usize {
+        self.max_moves
+    }
+
+    /// Change the page-move cap of one non-urgent flush (from the next flush on).
+    ///
+    /// # Errors
+    /// [`UkvError::Config`] for 0; the cap is unchanged then.
+    pub fn set_max_moves_per_flush(&mut self, max_moves: usize) -> Result<()> {
+        if max_moves == 0 {
+            return Err(UkvError::Config {
+                field: "max_moves_per_flush",
+                value: "0".into(),
+                reason: "must be positive".into(),
+            });
+        }
+        self.max_moves = max_moves;
+        Ok(())
+    }
+
     /// Flush one sub-pool; see [`Arena::flush`].
     ///
     /// # Errors

@@ -956,6 +956,27 @@ fn lazy_flush_walk_order_and_crossing() {
 }
 
 #[test]
+fn lazy_move_cap_changes_between_flushes() {
+    // Same free pattern as above: two moves pending. A cap of 1 set after the arena was
+    // built holds the next non-urgent flush to one move; the next flush does the other.
+    let mut a = full_mamba(64, 16, true);
+    let v = alloc(&mut a, FULL, 12);
+    let at = |p: i64| v[(p - 3) as usize];
+    free(&mut a, FULL, &[at(12), at(6), at(14), at(4), at(9), at(13)]);
+    assert!(a.set_max_moves_per_flush(0).is_err());
+    assert_eq!(
+        a.max_moves_per_flush(),
+        ukv_core::DEFAULT_MAX_MOVES_PER_FLUSH
+    );
+    a.set_max_moves_per_flush(1).unwrap();
+    assert_eq!(a.flush(false), 1);
+    assert_eq!(moves(a.plan(), FULL), vec![(11, 4)]);
+    assert_eq!(a.flush(false), 1);
+    assert_eq!(moves(a.plan(), FULL), vec![(10, 6)]);
+    a.check_invariants().unwrap();
+}
+
+#[test]
 fn lazy_v2p_p2v_identity_after_flush() {
     let mut a = full_mamba(64, 16, true);
     let x = alloc(&mut a, FULL, 8);

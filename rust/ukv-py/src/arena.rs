@@ -223,6 +223,16 @@ impl PyArena {
         self.call(|a| Ok(a.flush(urgent)))
     }
 
+    /// The page-move cap of one non-urgent flush.
+    fn max_moves_per_flush(&self) -> usize {
+        self.inner.max_moves_per_flush()
+    }
+
+    /// Change the page-move cap of one non-urgent flush (from the next flush on).
+    fn set_max_moves_per_flush(&mut self, max_moves: usize) -> PyResult<()> {
+        self.call(|a| a.set_max_moves_per_flush(max_moves))
+    }
+
     #[pyo3(signature = (pool, urgent=false))]
     fn flush_pool(&mut self, pool: usize, urgent: bool) -> PyResult<usize> {
         self.call(|a| a.flush_pool(pool, urgent))

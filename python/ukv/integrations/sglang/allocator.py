@@ -249,22 +249,13 @@ class MultiEndedAllocator(_Base):
 
     @property
     def _lazy_max_moves_per_call(self) -> int:
-        """The page-move cap of one non-urgent flush."""
-        return int(self.unified_buffer._max_moves)
+        """The page-move cap of one non-urgent flush (settable any time; the next flush
+        obeys it; ukv flushes both sides together, so the cap is the pool's)."""
+        return int(self.unified_buffer.max_moves)
 
     @_lazy_max_moves_per_call.setter
     def _lazy_max_moves_per_call(self, value: int) -> None:
-        if self.unified_buffer.is_built and value != self.unified_buffer._max_moves:
-            raise SGLangNotImplementedError(
-                f"_lazy_max_moves_per_call = {value!r}: ukv fixes the move cap when it "
-                "builds the pool; set SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL (or this "
-                "attribute) before the second allocator is built"
-            )
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise SGLangArgumentError(
-                f"_lazy_max_moves_per_call = {value!r}: must be a positive int"
-            )
-        self.unified_buffer._max_moves = value
+        self.unified_buffer.max_moves = value
 
     def allocator_state_str(self) -> str:
         """One line of this allocator's state."""
@@ -300,13 +291,16 @@ class MultiEndedAllocator(_Base):
             )
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
-        """``need_size`` virtual token ids (whole pages), or None when they do not fit.
+        """``need_size`` virtual token ids (whole pages), or None when they do not fit;
+        an empty tensor when ``need_size <= 0`` (as SGLang).
 
         Raises:
             SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
             SGLangArgumentError: called on a non-owner.
         """
         self._require_owner("alloc")
+        if isinstance(need_size, int) and need_size <= 0:
+            return _empty_ids(self.device)  # as SGLang: nothing asked, nothing taken
         if isinstance(need_size, int) and need_size % self.page_size:
             raise SGLangMisalignedError(
                 f"alloc(need_size={need_size}) is misaligned: not a multiple of "
@@ -391,6 +385,7 @@ class MultiEndedAllocator(_Base):
                 swa = self.unified_buffer.swa_hybrid()
                 assert swa is not None
                 swa.free_swa(free_index)
+            self.unified_buffer.settle_if_lockstep()
 
     def order_after_forward(self) -> None:
         """Eager mode with a ``forward_stream``: make the current stream wait on it, so
@@ -409,6 +404,7 @@ class MultiEndedAllocator(_Base):
         self.order_after_forward()
         with translated():
             self._sub.free_group_end()
+            self.unified_buffer.settle_if_lockstep()
         self.is_not_in_free_group = True
 
     def clear(self) -> None:

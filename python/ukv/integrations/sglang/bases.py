@@ -137,6 +137,8 @@ class _HybridReqToTokenPool(_ReqToTokenPool):
 
     # Set by the subclass's ``_init_mamba_pool`` and by the factory.
     mamba_allocator: Any
+    mamba_pool: Any
+    mamba_map: dict[int, int]
     req_index_to_mamba_index_mapping: torch.Tensor
     req_index_to_mamba_ping_pong_track_buffer_mapping: torch.Tensor
 
@@ -199,6 +201,11 @@ class _HybridReqToTokenPool(_ReqToTokenPool):
 
     def get_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
         return self.req_index_to_mamba_index_mapping[req_indices]
+
+    def mamba2_layer_cache(self, layer_id: int) -> Any:
+        """The state views of model layer ``layer_id``: mapped to the pool's own layer
+        index here, as SGLang's request table does, then asked of the state pool."""
+        return self.mamba_pool.mamba2_layer_cache(self.mamba_map[layer_id])
 
     def free_mamba_cache(self, req: Any) -> None:
         """Free the request's state slot and its ping-pong track slots."""

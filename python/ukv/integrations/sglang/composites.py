@@ -15,7 +15,11 @@ import torch
 
 from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.allocator import MultiEndedAllocator, _empty_ids
-from ukv.integrations.sglang.errors import SGLangArgumentError, translated
+from ukv.integrations.sglang.errors import (
+    SGLangArgumentError,
+    SGLangMisalignedError,
+    translated,
+)
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
 __all__ = ["UnifiedMambaTokenToKVPoolAllocator", "UnifiedSWATokenToKVPoolAllocator"]
@@ -229,12 +233,28 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
     def load_cpu_copy(
         self, kv_cache_cpu: Any, indices: torch.Tensor, mamba_indices: torch.Tensor | None = None
     ) -> None:
-        """Write :meth:`get_cpu_copy`'s copies back at these virtual tokens (and slots)."""
+        """Write :meth:`get_cpu_copy`'s copies back at these virtual tokens (and slots).
+
+        Raises:
+            SGLangArgumentError: the copy holds a state but no ``mamba_indices`` were
+                given (the request would resume with whatever its new slot holds), or
+                ``mamba_indices`` were given for a copy without a state.
+        """
         kv, states = kv_cache_cpu
+        if (states is None) != (mamba_indices is None):
+            raise SGLangArgumentError(
+                "load_cpu_copy: the copy "
+                + (
+                    "holds a state but mamba_indices is None"
+                    if states is not None
+                    else f"holds no state but mamba_indices = {mamba_indices!r}"
+                )
+                + " (nothing was written)"
+            )
         pool = self.unified_buffer.ukv_pool
         with translated():
             pool.load_cpu_copy("full", kv, indices)
-            if states is not None and mamba_indices is not None:
+            if states is not None:
                 pool.load_cpu_copy("mamba", states, _slot_ids(mamba_indices))
 
 
@@ -339,26 +359,40 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         return int(self._joint.available_size())
 
     def _conserve_full_available_size(self) -> int:
-        return self._size_full - self.full_attn_allocator.allocated_count()
+        """The full side's static cap minus its live tokens (never below 0)."""
+        return max(0, self._size_full - self.full_attn_allocator.allocated_count())
 
     def _conserve_swa_available_size(self) -> int:
-        return self._size_swa - self.swa_attn_allocator.allocated_count()
+        """The SWA side's static cap minus its live tokens (never below 0)."""
+        return max(0, self._size_swa - self.swa_attn_allocator.allocated_count())
 
     def full_available_size(self) -> int:
+        """SGLang's per-side view: ``min(static cap - live, schedulable)``.
+
+        Both sides grow into the same gap, so each side's schedulable size alone counts
+        the whole gap; the static caps (which the factory's buffer holds in full, above
+        ukv's reserved floor) bound each side so that two per-side checks that pass
+        imply a joint allocation that fits, and an idle pool reports its caps (SGLang's
+        leak check: ``available + evictable + protected == cap``)."""
+        return min(
+            self._conserve_full_available_size(),
+            self.full_attn_allocator.schedulable_available_size(),
+        )
+
+    def swa_available_size(self) -> int:
+        """As :meth:`full_available_size`, for the SWA side."""
+        return min(
+            self._conserve_swa_available_size(),
+            self.swa_attn_allocator.schedulable_available_size(),
+        )
+
+    def schedulable_full_available_size(self) -> int:
         """Tokens the full side alone could take after compaction."""
         return self.full_attn_allocator.schedulable_available_size()
 
-    def swa_available_size(self) -> int:
+    def schedulable_swa_available_size(self) -> int:
         """Tokens the SWA side alone could take after compaction."""
         return self.swa_attn_allocator.schedulable_available_size()
-
-    def schedulable_full_available_size(self) -> int:
-        """As :meth:`full_available_size`."""
-        return self.full_available_size()
-
-    def schedulable_swa_available_size(self) -> int:
-        """As :meth:`swa_available_size`."""
-        return self.swa_available_size()
 
     def debug_print(self) -> str:
         """Each side's and the joint availability."""
@@ -385,10 +419,11 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
             return self._joint.translate_loc_from_full_to_swa(kv_indices, out=out)
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
-        """Tokens bound on both sides in one plan; None when they do not fit jointly."""
+        """Tokens bound on both sides in one plan; None when they do not fit jointly; an
+        empty tensor when ``need_size <= 0`` (as SGLang)."""
+        if isinstance(need_size, int) and need_size <= 0:
+            return _empty_ids(self.device)
         if isinstance(need_size, int) and need_size % self.page_size:
-            from ukv.integrations.sglang.errors import SGLangMisalignedError
-
             raise SGLangMisalignedError(
                 f"alloc(need_size={need_size}) is misaligned: not a multiple of "
                 f"page_size={self.page_size}"
@@ -426,6 +461,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free(free_index)
+            self.unified_buffer.settle_if_lockstep()
 
     def free_swa(self, free_index: torch.Tensor) -> None:
         """Release only the SWA side of tokens that left the window."""
@@ -434,6 +470,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free_swa(free_index)
+            self.unified_buffer.settle_if_lockstep()
 
     def set_full_to_swa_mapping(self, full_indices: Any, swa_indices: Any) -> None:
         """No mapping to keep: the SWA side's table is the mapping."""
@@ -449,6 +486,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free_group_end()
+            self.unified_buffer.settle_if_lockstep()
         self.is_not_in_free_group = True
 
     def clear(self) -> None:

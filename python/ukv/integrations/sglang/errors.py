@@ -8,12 +8,20 @@ and every message names the bad value.
 
 from __future__ import annotations
 
-from ukv.errors import ArgumentError, DoubleFreeError, InvalidIdError, PoolConfigError
+from ukv.errors import (
+    ArgumentError,
+    DeferredFreeError,
+    DoubleFreeError,
+    InvalidIdError,
+    PoolConfigError,
+)
 
 __all__ = [
     "SGLangArgumentError",
     "SGLangConfigError",
+    "SGLangDeferredFreeError",
     "SGLangDoubleFreeError",
+    "SGLangInstallError",
     "SGLangInvalidIdError",
     "SGLangMisalignedError",
     "SGLangNotImplementedError",
@@ -48,9 +56,20 @@ class SGLangDoubleFreeError(DoubleFreeError, AssertionError):
     """A free of an id that is not live (SGLang's eager double-free assertion)."""
 
 
+class SGLangDeferredFreeError(SGLangDoubleFreeError, DeferredFreeError):
+    """A queued free (ids on the GPU) named ids that were not live when it was applied;
+    ``failures`` says which ids were freed and which were not (as ukv's
+    :class:`~ukv.errors.DeferredFreeError`)."""
+
+
 class SGLangReadOnlyTableError(ArgumentError, AssertionError):
     """A write into ``virtual_to_physical`` / ``physical_to_virtual``: ukv's tables are
     read-only (the one deliberate difference from SGLang; docs/SGLANG.md)."""
+
+
+class SGLangInstallError(PoolConfigError, RuntimeError):
+    """``install()`` after SGLang imported the modules the drop-in serves: names other
+    modules bound from them would stay SGLang's (a mixed installation)."""
 
 
 class SGLangNotImplementedError(NotImplementedError, PoolConfigError):
@@ -69,11 +88,15 @@ class translated:
             return
         for ukv_kind, sglang_kind in _TRANSLATION:
             if isinstance(exc, ukv_kind):
-                raise sglang_kind(str(exc)) from exc
+                err = sglang_kind(str(exc))
+                if isinstance(exc, DeferredFreeError):
+                    err.failures = exc.failures  # type: ignore[attr-defined]
+                raise err from exc
 
 
 # Most specific first.
 _TRANSLATION: tuple[tuple[type, type], ...] = (
+    (DeferredFreeError, SGLangDeferredFreeError),
     (DoubleFreeError, SGLangDoubleFreeError),
     (InvalidIdError, SGLangInvalidIdError),
     (ArgumentError, SGLangArgumentError),

@@ -22,6 +22,7 @@ from ukv.integrations.sglang.kvcache import UnifiedMHATokenToKVPool, UnifiedSWAK
 from ukv.integrations.sglang.pool import UnifiedKVPool
 from ukv.integrations.sglang.requests import UnifiedHybridReqToTokenPool, UnifiedMambaSlotAllocator
 from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
+from ukv.specs import FP8_DTYPES, reserved_floor
 
 __all__ = [
     "UnifiedPoolBundle",
@@ -49,11 +50,23 @@ class UnifiedSWAPoolBundle(NamedTuple):
 
 
 def _store_dtype_for(kv_cache_dtype: torch.dtype) -> torch.dtype:
-    return (
-        torch.uint8
-        if kv_cache_dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-        else kv_cache_dtype
-    )
+    """SGLang's rule: fp8 caches are stored as ``uint8`` (the spec keeps the flavour)."""
+    return torch.uint8 if kv_cache_dtype in FP8_DTYPES else kv_cache_dtype
+
+
+def _buffer_bytes(
+    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]], page_size: int
+) -> int:
+    """Bytes of a buffer that holds every side's static budget at once, as SGLang sizes
+    it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of each
+    side. SGLang's scheduler budgets per side against those static caps (admission,
+    eviction, the idle leak check); with the floor and the page rounding of each
+    side's end added, two per-side checks that pass imply a joint allocation that fits.
+    """
+    specs = [s.to_ukv() for s, _ in sides]
+    budget = sum(spec.entry_bytes() * int(n) for spec, n in sides)
+    slack = sum(spec.page_bytes(page_size) for spec in specs)  # a state page is one slot
+    return budget + reserved_floor(specs, page_size) + slack
 
 
 def _refuse(flag: str, value: Any) -> None:
@@ -112,6 +125,7 @@ def init_unified_mamba_pools(
         head_num=head_num,
         head_dim=head_dim,
         store_dtype=_store_dtype_for(kv_cache_dtype),
+        kv_dtype=kv_cache_dtype,
         grow_direction="down",
     )
     cp = mamba2_cache_params
@@ -124,9 +138,8 @@ def init_unified_mamba_pools(
         temporal_dtype=cp.dtype.temporal,
         grow_direction="up",
     )
-    total = (
-        max_total_num_tokens * full_spec.entry_bytes()
-        + max_mamba_cache_size * mamba_spec.entry_bytes()
+    total = _buffer_bytes(
+        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)], page_size
     )
     pool = UnifiedKVPool(
         total_bytes=total,
@@ -227,6 +240,7 @@ def init_unified_swa_pools(
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         store_dtype=store,
+        kv_dtype=kv_cache_dtype,
         grow_direction="down",
     )
     swa_spec = MHASubPoolSpec(
@@ -236,11 +250,12 @@ def init_unified_swa_pools(
         head_dim=swa_head_dim,
         v_head_dim=swa_v_head_dim,
         store_dtype=store,
+        kv_dtype=kv_cache_dtype,
         grow_direction="up",
     )
-    total = (
-        full_max_total_num_tokens * full_spec.entry_bytes()
-        + swa_max_total_num_tokens * swa_spec.entry_bytes()
+    total = _buffer_bytes(
+        [(full_spec, full_max_total_num_tokens), (swa_spec, swa_max_total_num_tokens)],
+        page_size,
     )
     pool = UnifiedKVPool(
         total_bytes=total,

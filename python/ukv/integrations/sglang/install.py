@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from typing import Any
 
-__all__ = ["MODULES", "PASSTHROUGH", "install", "installed", "uninstall"]
+__all__ = ["ENV_FLAG", "MODULES", "PASSTHROUGH", "SITE_DIR", "install", "installed", "uninstall"]
 
 _PKG = "ukv.integrations.sglang"
 
@@ -96,29 +97,99 @@ def installed() -> bool:
     return _finder is not None and _finder in sys.meta_path
 
 
-def install() -> None:
+def _served_elsewhere() -> list[str]:
+    """SGLang's own modules of the names the drop-in serves that are already imported.
+
+    Any module that bound a name from them (``from ...multi_ended_allocator import X``)
+    imported them first, so their presence is exactly the case a late install cannot
+    make consistent."""
+    return [
+        name
+        for name in MODULES
+        if name in sys.modules and not getattr(sys.modules[name], "__ukv_dropin__", False)
+    ]
+
+
+def _forget(name: str) -> None:
+    """Drop module ``name`` from ``sys.modules`` and from its parent package's
+    attributes, so neither ``import a.b.c`` nor ``from a.b import c`` finds it."""
+    sys.modules.pop(name, None)
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name)
+    if parent is not None and child in vars(parent):
+        delattr(parent, child)
+
+
+#: The directory of the start-up hook child processes import (``sitecustomize``).
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
+#: Set to "1" in the environment while the drop-in is installed with ``propagate``.
+ENV_FLAG = "UKV_SGLANG_DROPIN"
+
+
+def _propagate(on: bool) -> None:
+    """Export (or withdraw) the drop-in to processes started from now on."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
+    if on:
+        os.environ[ENV_FLAG] = "1"
+        paths.insert(0, SITE_DIR)
+    else:
+        os.environ.pop(ENV_FLAG, None)
+    if paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def install(*, replace_loaded: bool = False, propagate: bool = True) -> None:
     """Serve SGLang's unified-pool modules from ukv (idempotent). Call it before SGLang
-    imports them; modules of those names imported earlier are dropped from
-    ``sys.modules`` so the next import gets the drop-in (objects already built from them
-    stay SGLang's)."""
+    imports them.
+
+    SGLang runs its scheduler in processes it starts; with ``propagate`` (the default)
+    they install the drop-in too: this sets ``UKV_SGLANG_DROPIN=1`` and puts ukv's
+    start-up hook (``_site/sitecustomize.py``, which runs any ``sitecustomize`` it
+    shadows) first on ``PYTHONPATH``, both inherited by every Python process started
+    from now on. So calling ``install()`` in the launcher is enough.
+
+    Args:
+        replace_loaded: Install even though SGLang's own modules of these names are
+            already imported: they are dropped from ``sys.modules`` so the next import
+            gets the drop-in, but names other modules bound from them, and objects built
+            from them, stay SGLang's (a mixed installation: only for side-by-side
+            comparisons of the two, as ``benches/bench_sglang_dropin.py`` makes).
+        propagate: Install in the Python processes started from this one too.
+
+    Raises:
+        SGLangInstallError: SGLang's own modules are already imported and
+            ``replace_loaded`` is False (nothing is installed).
+    """
     global _finder
     if installed():
         return
+    loaded = _served_elsewhere()
+    if loaded and not replace_loaded:
+        from ukv.integrations.sglang.errors import SGLangInstallError
+
+        raise SGLangInstallError(
+            f"install(): SGLang already imported {loaded}; modules that imported them "
+            "hold SGLang's classes, so the drop-in could not be installed consistently. "
+            "Call install() before SGLang imports its memory pool (docs/SGLANG.md)"
+        )
     _finder = _Finder()
     sys.meta_path.insert(0, _finder)
-    for name in MODULES:
-        mod = sys.modules.get(name)
-        if mod is not None and not getattr(mod, "__ukv_dropin__", False):
-            del sys.modules[name]
+    for name in loaded:
+        _forget(name)
+    if propagate:
+        _propagate(True)
 
 
 def uninstall() -> None:
-    """Remove the finder and forget the modules it served (idempotent)."""
+    """Remove the finder and forget the modules it served, in ``sys.modules`` and as
+    their parent package's attributes (idempotent)."""
     global _finder
     if _finder is not None and _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _finder = None
     for name in MODULES:
-        mod = sys.modules.get(name)
-        if mod is not None and getattr(mod, "__ukv_dropin__", False):
-            del sys.modules[name]
+        if getattr(sys.modules.get(name), "__ukv_dropin__", False):
+            _forget(name)
+    _propagate(False)

@@ -124,23 +124,25 @@ class UnifiedMHATokenToKVPool(_MHABase):
         """Per-layer V views ``[num_pages, page_size, head_num, v_head_dim]``."""
         return self._unified_buffer.mha_views_for(self._sub_pool_name)[1]
 
-    def _wait_for_layer(self, layer_id: int) -> None:
+    def _wait_for_layer(self, index: int) -> None:
         if self.layer_transfer_counter is not None:
-            self.layer_transfer_counter.wait_until(layer_id - self.start_layer)
+            self.layer_transfer_counter.wait_until(index)
 
-    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
-        """K view of model layer ``layer_id``."""
-        self._wait_for_layer(layer_id)
-        return self.k_buffer[layer_id - self.start_layer]
+    def get_key_buffer(self, index: int) -> torch.Tensor:
+        """K view of this pool's layer ``index`` (pool-local: the hybrid pools that own
+        this one, SGLang's ``HybridLinearKVPool`` and ``UnifiedSWAKVPool``, map the
+        model's layer id to it first, on reads and writes alike)."""
+        self._wait_for_layer(index)
+        return self.k_buffer[index]
 
-    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
-        """V view of model layer ``layer_id``."""
-        self._wait_for_layer(layer_id)
-        return self.v_buffer[layer_id - self.start_layer]
+    def get_value_buffer(self, index: int) -> torch.Tensor:
+        """V view of this pool's layer ``index`` (pool-local, as :meth:`get_key_buffer`)."""
+        self._wait_for_layer(index)
+        return self.v_buffer[index]
 
-    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(K, V) views of model layer ``layer_id``."""
-        return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
+    def get_kv_buffer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, V) views of this pool's layer ``index`` (pool-local)."""
+        return self.get_key_buffer(index), self.get_value_buffer(index)
 
     def get_kv_size_bytes(self) -> tuple[int, int]:
         """(0, 0): the drop-in pool accounts for the whole buffer once."""
@@ -169,8 +171,9 @@ class UnifiedMHATokenToKVPool(_MHABase):
     ) -> None:
         """Store K/V rows at **physical** token ids ``loc`` (never translates).
 
-        ``layer_id_override`` is the pool's own layer index (as the hybrid pools pass it);
-        otherwise ``layer.layer_id - start_layer``.
+        ``layer_id_override`` is the pool's own layer index, as the hybrid pools pass it
+        (the index :meth:`get_key_buffer` reads); without it, ``layer.layer_id -
+        start_layer`` (a pool used on its own, addressed by model layer ids).
 
         Raises:
             SGLangArgumentError: ``dcp_kv_mask`` given (decode context parallel is not
@@ -296,9 +299,12 @@ class UnifiedMambaPool(_MambaBase):
         conv, temporal = self._unified_buffer.mamba_views_for(self._sub_pool_name)
         return self.State(conv=list(conv), temporal=temporal)
 
-    def mamba2_layer_cache(self, layer_id: int) -> Any:
-        """The state views of model layer ``layer_id``."""
-        return self.mamba_cache.at_layer_idx(self.mamba_map[layer_id])
+    def mamba2_layer_cache(self, index: int) -> Any:
+        """The state views of this pool's layer ``index`` (pool-local: SGLang's request
+        table, ``HybridReqToTokenPool.mamba2_layer_cache``, maps the model's layer id
+        through its ``mamba_map`` before it calls this, as for SGLang's own
+        ``MambaPool``)."""
+        return self.mamba_cache.at_layer_idx(index)
 
     def clear_slots(self, indices: torch.Tensor) -> None:
         """Zero these **physical** slots (every layer)."""

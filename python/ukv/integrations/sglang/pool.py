@@ -6,9 +6,10 @@ must be built with: the page size of the KV sub-pools (SGLang may build the pool
 and whether one sub-pool binds the other's ids (the SWA side of a full + SWA pair). So the
 drop-in records what each allocator claims and builds ``UkvPool`` when both
 sub-pools have an allocator, or earlier when something needs the bytes (views, ``_raw``).
-The geometry (``max_slots``, ``min_slot_index``) is fixed the first time it is read, at the
-page size known then; a later claim of another page size is refused with
-:class:`~ukv.integrations.sglang.errors.SGLangConfigError`.
+Reading the geometry (``max_slots``, ``min_slot_index``) fixes nothing: ``max_slots`` is
+SGLang's page-size-free ``total_bytes // entry_bytes``, and ``min_slot_index`` is answered
+for the page size known at the time. Once ukv's pool is built, an allocator of another page
+size is refused with :class:`~ukv.integrations.sglang.errors.SGLangConfigError`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
 from ukv.pool import UnifiedKVPool as UkvPool
 from ukv.specs import reserved_floor
 
-__all__ = ["UnifiedKVPool", "lazy_compaction_disabled", "max_moves_per_call"]
+__all__ = [
+    "UnifiedKVPool",
+    "lazy_compaction_disabled",
+    "lockstep_required",
+    "max_moves_per_call",
+]
 
 GB = 1024 * 1024 * 1024
 _DEFAULT_MAX_MOVES = 4096
@@ -58,6 +64,23 @@ def max_moves_per_call() -> int:
             f"SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL = {raw!r}: must be a positive int"
         )
     return value
+
+
+def lockstep_required() -> bool:
+    """Whether frees must settle at deterministic points: ``UKV_SGLANG_LOCKSTEP`` ("1"
+    or "0") when set, else whether ``torch.distributed`` runs more than one rank.
+
+    SGLang runs one scheduler per tensor-parallel rank and relies on identical sizes
+    from identical calls (admission, ``check_decode_mem``, retraction). A free of ids on
+    the GPU counts once its copy to the host has landed, which differs between ranks;
+    in lockstep mode every free call applies its queued frees before it returns (a
+    short host wait for that copy), so every rank sees the same sizes.
+    """
+    raw = os.environ.get("UKV_SGLANG_LOCKSTEP")
+    if raw is not None:
+        return raw.strip().lower() in ("1", "true", "yes")
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
 @dataclass(frozen=True)
@@ -128,13 +151,15 @@ class UnifiedKVPool:
         self._requested_page_size = page_size
         self._specs_by_name = {s.name: s for s in specs}
         self._claims: dict[str, _Claim] = {}
-        self._kv_page_size: int | None = None  # fixed by a claim or the first geometry read
-        self._geometry: dict[str, tuple[int, int]] | None = None  # name -> (max, min) slots
+        self._kv_page_size: int | None = None  # fixed by a claim or by building ukv's pool
+        # min_slot_index per sub-pool, per page size, read before ukv's pool exists.
+        self._probes: dict[int, dict[str, int]] = {}
         self._max_moves = max_moves_per_call()
         self._pool: UkvPool | None = None
         self._swa: SWAHybridAllocator | None = None
         # Allocators whose kvcache hears about relocations: sub-pool name -> allocators.
         self._move_targets: dict[str, list[Any]] = {}
+        self.lockstep = lockstep_required()
         self._check_fits(page_size)
 
     # ----- the page size, claims and the build -----------------------------------------------
@@ -164,7 +189,8 @@ class UnifiedKVPool:
         elif self._kv_page_size != page_size:
             raise SGLangConfigError(
                 f"page_size = {page_size} ({by}): this pool's KV page size is already fixed "
-                f"at {self._kv_page_size} (by an earlier allocator, KV pool or geometry read)"
+                f"at {self._kv_page_size} (by an earlier allocator, or by reading the "
+                "views or the raw buffer, which builds ukv's pool)"
             )
 
     def claim(self, name: str, *, page_size: int, is_id_owner: bool, lazy: bool) -> None:
@@ -237,7 +263,6 @@ class UnifiedKVPool:
         if bind:
             ((swa, full),) = bind.items()
             self._swa = SWAHybridAllocator(pool, full, swa)
-        self._geometry = None  # read from the pool from now on
         pool.add_move_listener(self._on_moves)
         self._pool = pool
         return pool
@@ -250,6 +275,26 @@ class UnifiedKVPool:
         for name, src, dst in moves:
             for target in self._move_targets.get(name, ()):
                 target._report_moves(src, dst)
+
+    @property
+    def max_moves(self) -> int:
+        """The page-move cap of one non-urgent flush of ukv's pool."""
+        return self._pool.max_moves_per_flush if self._pool is not None else self._max_moves
+
+    @max_moves.setter
+    def max_moves(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SGLangArgumentError(
+                f"_lazy_max_moves_per_call = {value!r}: must be a positive int"
+            )
+        self._max_moves = value
+        if self._pool is not None:
+            self._pool.max_moves_per_flush = value
+
+    def settle_if_lockstep(self) -> None:
+        """In lockstep mode (see :func:`lockstep_required`), apply every queued free now."""
+        if self.lockstep and self._pool is not None:
+            self._pool.sync_frees()
 
     @property
     def ukv_pool(self) -> UkvPool:
@@ -279,30 +324,25 @@ class UnifiedKVPool:
                 f"sub-pool need {need} bytes at page_size {page_size}. Increase total_bytes."
             )
 
-    def _geometry_at(self, page_size: int, fix: bool) -> dict[str, tuple[int, int]]:
-        """Slots per sub-pool at ``page_size``, from a bookkeeping-only (``meta``) pool
-        (built once, when the geometry is first read before ukv's pool exists)."""
-        with translated():
-            probe = UkvPool(
-                self.total_bytes,
-                [s.to_ukv() for s in self.sub_pool_specs],
-                page_size=page_size,
-                device="meta",
-            )
-        geometry = {n: (probe.max_slots(n), probe.min_slot_index(n)) for n in self._specs_by_name}
-        if fix:
-            self._kv_page_size = page_size
-            self._geometry = geometry
-        return geometry
-
-    def _slots(self, name: str) -> tuple[int, int]:
-        self.spec(name)
+    def _min_slot_now(self, name: str) -> int:
+        """``min_slot_index(name)`` at the page size known now, from ukv's geometry: of
+        the built pool, or of a bookkeeping-only (``meta``) probe, cached per page size,
+        which fixes nothing (allocators may still choose the page size)."""
         if self._pool is not None:
-            return self._pool.max_slots(name), self._pool.min_slot_index(name)
-        if self._geometry is None or self._kv_page_size != self._page_size_now():
-            self._geometry_at(self._page_size_now(), fix=True)
-        assert self._geometry is not None
-        return self._geometry[name]
+            return self._pool.min_slot_index(name)
+        page_size = self._page_size_now()
+        probe = self._probes.get(page_size)
+        if probe is None:
+            with translated():
+                pool = UkvPool(
+                    self.total_bytes,
+                    [s.to_ukv() for s in self.sub_pool_specs],
+                    page_size=page_size,
+                    device="meta",
+                )
+            probe = {n: pool.min_slot_index(n) for n in self._specs_by_name}
+            self._probes[page_size] = probe
+        return probe[name]
 
     def spec(self, name: str) -> MHASubPoolSpec | MambaSubPoolSpec:
         """The spec of sub-pool ``name``.
@@ -336,12 +376,18 @@ class UnifiedKVPool:
         return s
 
     def max_slots(self, name: str) -> int:
-        """Slots in ``name``'s index space (fixes the page size if not fixed yet)."""
-        return self._slots(name)[0]
+        """Slots in ``name``'s index space: ``total_bytes // entry_bytes``, SGLang's rule,
+        whatever the page size (ukv's pages number ``max_slots // page_size``, the same
+        count). Reading it fixes nothing."""
+        return self.total_bytes // self.spec(name).entry_bytes()
 
     def min_slot_index(self, name: str) -> int:
-        """First slot of ``name`` above the reserved floor (the padding sink)."""
-        return self._slots(name)[1]
+        """First slot of ``name`` above the reserved floor (the padding sink). ukv's
+        floor holds one page of every paged sub-pool, so this depends on the page size:
+        before the allocators fix it, the answer is for the page size known now (the
+        pool's, or an allocator's claim), and reading it fixes nothing."""
+        self.spec(name)
+        return self._min_slot_now(name)
 
     def anchor_bytes(self, name: str) -> int:
         """Every sub-pool is anchored at byte 0."""

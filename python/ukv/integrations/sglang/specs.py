@@ -15,7 +15,7 @@ import torch
 
 from ukv.errors import PoolConfigError
 from ukv.integrations.sglang.errors import SGLangConfigError
-from ukv.specs import MambaSpec, MHASpec
+from ukv.specs import FP8_DTYPES, MambaSpec, MHASpec
 
 __all__ = ["MHASubPoolSpec", "MambaSubPoolSpec", "SubPoolSpec"]
 
@@ -47,20 +47,23 @@ class MHASubPoolSpec(SubPoolSpec):
     """K/V rows of ``layer_num`` full-attention (or sliding-window) layers per token.
 
     ``store_dtype`` is the buffer's dtype (``uint8`` for an fp8 cache, as SGLang passes it).
+    ``kv_dtype`` (a drop-in keyword, not SGLang's) names the fp8 flavour a ``uint8`` store
+    holds: ``torch.float8_e4m3fn`` (the default) or ``torch.float8_e5m2``; the factories
+    pass SGLang's ``kv_cache_dtype`` so an e5m2 cache is stored as e5m2 bits.
     """
 
     head_num: int
     head_dim: int
     store_dtype: torch.dtype
     v_head_dim: int | None = None
+    kv_dtype: torch.dtype | None = None
     _ukv: MHASpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_common(self.name, self.layer_num, self.grow_direction)
         if self.v_head_dim is None:
             object.__setattr__(self, "v_head_dim", self.head_dim)
-        # uint8 is how SGLang stores fp8; ukv's spec takes the logical dtype (same bytes).
-        logical = torch.float8_e4m3fn if self.store_dtype == torch.uint8 else self.store_dtype
+        logical = self._logical_dtype()
         try:
             spec = MHASpec(
                 self.name,
@@ -74,6 +77,29 @@ class MHASubPoolSpec(SubPoolSpec):
         except PoolConfigError as exc:
             raise SGLangConfigError(str(exc)) from exc
         object.__setattr__(self, "_ukv", spec)
+
+    def _logical_dtype(self) -> torch.dtype:
+        """The dtype ukv's spec takes: the fp8 flavour for a ``uint8`` store (same bytes),
+        else the store dtype.
+
+        Raises:
+            SGLangConfigError: ``kv_dtype`` is not an fp8 flavour while the store is
+                ``uint8``, or disagrees with a non-``uint8`` store.
+        """
+        if self.store_dtype != torch.uint8:
+            if self.kv_dtype not in (None, self.store_dtype):
+                raise SGLangConfigError(
+                    f"kv_dtype = {self.kv_dtype} disagrees with store_dtype = "
+                    f"{self.store_dtype} (sub-pool {self.name!r})"
+                )
+            return self.store_dtype
+        flavour = torch.float8_e4m3fn if self.kv_dtype is None else self.kv_dtype
+        if flavour not in FP8_DTYPES:
+            raise SGLangConfigError(
+                f"kv_dtype = {self.kv_dtype} for a uint8 store (sub-pool {self.name!r}): "
+                f"must be one of {sorted(str(d) for d in FP8_DTYPES)}"
+            )
+        return flavour
 
     def to_ukv(self) -> MHASpec:
         """The ukv spec of the same geometry."""
