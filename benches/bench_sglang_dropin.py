@@ -77,7 +77,9 @@ def _prepare(args: argparse.Namespace) -> None:
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ["UKV_SGLANG_PATH"] = args.sglang_path
-    sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tests"), str(HERE)]
+    # ukv itself comes from the environment (the installed wheel, or PYTHONPATH=python in a
+    # checkout with a built extension): ./python has no compiled _core on a GPU machine.
+    sys.path[:0] = [str(ROOT / "tests"), str(HERE)]
     import sglang_stubs
 
     if not sglang_stubs.sglang_paths():
@@ -100,7 +102,9 @@ def _sides(args: argparse.Namespace) -> dict[str, Trace]:
 
     theirs = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
     sglang_side = Trace(theirs, args)
-    dropin.install()
+    # SGLang's module is already imported (its side was built from it): a mixed
+    # installation on purpose, and nothing exported to child processes.
+    dropin.install(replace_loaded=True, propagate=False)
     ours = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
     assert getattr(ours, "__ukv_dropin__", False) and ours is not theirs
     return {"sglang 0.5.16": sglang_side, "ukv drop-in": Trace(ours, args)}

@@ -24,53 +24,23 @@ from ukv.integrations.sglang.composites import (
     UnifiedMambaTokenToKVPoolAllocator,
     UnifiedSWATokenToKVPoolAllocator,
 )
-from ukv.integrations.sglang.factories import init_unified_mamba_pools, init_unified_swa_pools
+from ukv.integrations.sglang.factories import init_unified_swa_pools
 from ukv.integrations.sglang.kvcache import UnifiedMHATokenToKVPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
-from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
 
-H, D = 2, 4
-# The device of every pool (UKV_TEST_DEVICE=cuda on a GPU run).
-DEV = os.environ.get("UKV_TEST_DEVICE", "cpu")
-
-
-def settle(pool: UnifiedKVPool) -> None:
-    """Apply frees still queued (frees of GPU ids land asynchronously; host ids at once)."""
-    with E.translated():
-        pool.ukv_pool.sync_frees()
-
-
-def mha(name: str, grow: str, layers: int = 2) -> MHASubPoolSpec:
-    return MHASubPoolSpec(
-        name=name,
-        layer_num=layers,
-        head_num=H,
-        head_dim=D,
-        store_dtype=torch.float32,
-        grow_direction=grow,
-    )
-
-
-def mamba(grow: str = "up") -> MambaSubPoolSpec:
-    return MambaSubPoolSpec(
-        name="mamba",
-        layer_num=2,
-        conv_state_shapes=((4, 3),),
-        conv_dtype=torch.float32,
-        temporal_state_shape=(2, 2, 2),
-        temporal_dtype=torch.float32,
-        grow_direction=grow,
-    )
-
-
-class Event:
-    """A forward's completion event the test fires by hand."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def query(self) -> bool:
-        return self.done
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dropin_builders import (  # noqa: E402
+    DEV,
+    D,
+    Event,
+    H,
+    mamba,
+    mamba_bundle,
+    mha,
+    pair,
+    settle,
+    swa_bundle,
+)
 
 
 class RecordingKV:
@@ -428,7 +398,7 @@ def test_mamba_slots_move_through_copy_from_physical() -> None:
 
 
 def test_own_pool_is_not_told_about_moves() -> None:
-    b = _mamba_bundle(page_size=2, lazy=False)
+    b = mamba_bundle(page_size=2, lazy=False)
     a = b.token_to_kv_pool_allocator
     fa = a.full_attn_allocator
     called = []
@@ -514,48 +484,8 @@ class _SwaView:
 # ----- factories --------------------------------------------------------------------------------
 
 
-def _cache_params() -> types.SimpleNamespace:
-    return types.SimpleNamespace(
-        shape=types.SimpleNamespace(conv=[(4, 3)], temporal=(2, 2, 2)),
-        dtype=types.SimpleNamespace(conv=torch.float32, temporal=torch.float32),
-        layers=[0, 2],
-    )
-
-
-def _mamba_bundle(page_size: int = 4, lazy: bool = True, **overrides):
-    kw = dict(
-        device=DEV,
-        kv_cache_dtype=torch.bfloat16,
-        head_num=H,
-        head_dim=D,
-        page_size=page_size,
-        start_layer=0,
-        end_layer=3,
-        is_draft_worker=False,
-        use_mla_backend=False,
-        mamba_layer_ids=[0, 2],
-        full_attention_layer_ids=[1, 3],
-        mamba2_cache_params=_cache_params(),
-        model_context_len=64,
-        extra_max_context_len=0,
-        max_total_num_tokens=256,
-        max_mamba_cache_size=8,
-        max_num_reqs=8,
-        enable_memory_saver=False,
-        enable_mamba_extra_buffer=False,
-        speculative_num_draft_tokens=None,
-        disable_overlap_schedule=False,
-        need_sort=False,
-        mamba_full_memory_ratio=0.9,
-        forward_stream=None,
-        lazy_compaction=lazy,
-    )
-    kw.update(overrides)
-    return init_unified_mamba_pools(**kw)
-
-
 def test_mamba_factory_with_sglangs_keywords() -> None:
-    b = _mamba_bundle()
+    b = mamba_bundle()
     a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
     assert isinstance(a, UnifiedMambaTokenToKVPoolAllocator)
     # Nothing built ukv's pool before the allocators said how (lazy, page size 4).
@@ -578,9 +508,9 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
         ("enable_memory_saver", True),
     ):
         with pytest.raises(NotImplementedError, match=flag):
-            _mamba_bundle(**{flag: value})
+            mamba_bundle(**{flag: value})
     with pytest.raises(AssertionError, match="MLA"):
-        _mamba_bundle(use_mla_backend=True)
+        mamba_bundle(use_mla_backend=True)
 
 
 def test_swa_factory_routes_write_locs() -> None:
@@ -678,34 +608,11 @@ def test_import_ukv_does_not_import_the_integration() -> None:
 # ----- SGLang's known defects (reference-design.md §12) stay fixed ------------------------------
 
 
-def _swa_bundle(full_tokens: int, swa_tokens: int, page_size: int, lazy: bool, swa_heads: int = H):
-    return init_unified_swa_pools(
-        device=DEV,
-        kv_cache_dtype=torch.float16,
-        head_num=H,
-        head_dim=D,
-        v_head_dim=D,
-        swa_head_num=swa_heads,
-        swa_head_dim=D,
-        swa_v_head_dim=D,
-        page_size=page_size,
-        start_layer=0,
-        end_layer=1,
-        swa_attention_layer_ids=[0],
-        full_attention_layer_ids=[1],
-        full_max_total_num_tokens=full_tokens,
-        swa_max_total_num_tokens=swa_tokens,
-        enable_memory_saver=False,
-        need_sort=False,
-        lazy_compaction=lazy,
-    )
-
-
 def test_swa_table_spans_full_ids_beyond_the_swa_page_count() -> None:
     """Defect 1: the non-owner's table was sized by its own pages (an out-of-bounds index
     once full's ids outgrew them)."""
     # SWA tokens are 4x full's bytes: the SWA side's index space has a quarter of the pages.
-    b = _swa_bundle(full_tokens=64, swa_tokens=8, page_size=1, lazy=False, swa_heads=4 * H)
+    b = swa_bundle(full_tokens=64, swa_tokens=8, page_size=1, lazy=False, swa_heads=4 * H)
     a = b.token_to_kv_pool_allocator
     kept = []
     while (ids := a.alloc(1)) is not None:
@@ -727,7 +634,7 @@ def test_swa_table_spans_full_ids_beyond_the_swa_page_count() -> None:
 @pytest.mark.parametrize("lazy", [False, True])
 def test_frees_refuse_double_and_repeated_ids(lazy: bool) -> None:
     """Defect 7: lazy frees had no double-free check, and a repeated id double-counted."""
-    b = _mamba_bundle(page_size=1, lazy=lazy)
+    b = mamba_bundle(page_size=1, lazy=lazy)
     a = b.token_to_kv_pool_allocator
     ids = a.alloc(6).cpu()  # host ids: the error comes from the free itself
     with pytest.raises(E.SGLangDoubleFreeError):
@@ -741,7 +648,7 @@ def test_frees_refuse_double_and_repeated_ids(lazy: bool) -> None:
 
 def test_alloc_decode_at_page_size_one() -> None:
     """Defect 8: decode at page size 1 counted no new pages on the host."""
-    b = _mamba_bundle(page_size=1, lazy=True)
+    b = mamba_bundle(page_size=1, lazy=True)
     a = b.token_to_kv_pool_allocator
     ids = a.alloc(3)
     seq = torch.tensor([2, 2, 2])
@@ -754,7 +661,7 @@ def test_pending_pages_under_one_unfired_event_come_back(monkeypatch: pytest.Mon
     """Defect 3: two capped flushes under one unfired event lost a batch of pending pages
     for good (a 'ghost' page kept the span above the live pages)."""
     monkeypatch.setenv("SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL", "1")
-    b = _mamba_bundle(page_size=1, lazy=True)
+    b = mamba_bundle(page_size=1, lazy=True)
     a = b.token_to_kv_pool_allocator
     fa = a.full_attn_allocator
     assert fa._lazy_max_moves_per_call == 1
@@ -774,7 +681,7 @@ def test_pending_pages_under_one_unfired_event_come_back(monkeypatch: pytest.Mon
 
 def test_disable_lazy_compaction_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLANG_DISABLE_LAZY_COMPACTION", "1")
-    b = _mamba_bundle(lazy=True)
+    b = mamba_bundle(lazy=True)
     assert not b.unified_memory_pool.ukv_pool.lazy
     assert not b.token_to_kv_pool_allocator.lazy_compaction
 
@@ -826,24 +733,8 @@ def test_eager_frees_wait_for_the_forward_stream(
 # ----- the rest of the allocator surface -------------------------------------------------------
 
 
-def _pair(
-    lazy: bool, page_size: int = 2
-) -> tuple[UnifiedKVPool, MultiEndedAllocator, MultiEndedAllocator]:
-    pool = UnifiedKVPool(
-        total_bytes=1 << 14,
-        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device=DEV,
-        enable_memory_saver=False,
-        page_size=page_size,
-    )
-    kw = dict(unified_buffer=pool, device=DEV, page_size=page_size, lazy_compaction=lazy)
-    full = MultiEndedAllocator(kvcache=None, sub_pool_name="full", is_id_owner=True, **kw)
-    swa = MultiEndedAllocator(kvcache=None, sub_pool_name="swa", is_id_owner=False, **kw)
-    return pool, full, swa
-
-
 def test_non_owner_binds_the_owners_pages() -> None:
-    pool, full, swa = _pair(lazy=False)
+    pool, full, swa = pair(lazy=False)
     assert swa.free_virtual_ids is None
     pages = full.free_virtual_ids[:2].clone()
     ids = full.alloc(4)
@@ -864,7 +755,7 @@ def test_non_owner_binds_the_owners_pages() -> None:
 
 
 def test_lazy_holes_and_the_move_cap() -> None:
-    pool, full, swa = _pair(lazy=True)
+    pool, full, swa = pair(lazy=True)
     assert full._lazy_max_moves_per_call == 4096
     ids = full.alloc(8)  # four pages
     full.free(ids[2:4])  # a hole under two live pages
@@ -884,7 +775,7 @@ def test_lazy_holes_and_the_move_cap() -> None:
 
 
 def test_backup_restore_and_clear() -> None:
-    pool, full, swa = _pair(lazy=False)
+    pool, full, swa = pair(lazy=False)
     state = full.backup_state()
     assert full.restore_state(state) == []
     ids = full.alloc(4)
@@ -901,7 +792,7 @@ def test_backup_restore_and_clear() -> None:
 
 
 def test_state_slots_group_translate_and_host_copies() -> None:
-    b = _mamba_bundle(page_size=2, lazy=False)
+    b = mamba_bundle(page_size=2, lazy=False)
     a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
     slots = req.mamba_allocator
     assert slots.size == b.unified_memory_pool.max_slots("mamba") - 1
@@ -940,7 +831,7 @@ def test_state_slots_group_translate_and_host_copies() -> None:
 def test_mamba_extra_buffer_track_slots_are_state_slots(overlap: bool) -> None:
     """``enable_mamba_extra_buffer``: each request's ping-pong track slots come from the
     drop-in's state slots (virtual ids, translated and compacted like the request's own)."""
-    b = _mamba_bundle(
+    b = mamba_bundle(
         page_size=2,
         lazy=False,
         enable_mamba_extra_buffer=True,
@@ -1038,7 +929,7 @@ def test_randomized_swa_trace_keeps_bytes(lazy: bool, page_size: int) -> None:
     while it is in the window) after every compaction."""
     gen = torch.Generator().manual_seed(1000 * page_size + lazy)
     window = 4 * page_size
-    b = _swa_bundle(full_tokens=160, swa_tokens=96, page_size=page_size, lazy=lazy)
+    b = swa_bundle(full_tokens=160, swa_tokens=96, page_size=page_size, lazy=lazy)
     a, kv = b.token_to_kv_pool_allocator, b.token_to_kv_pool
     reqs: list[torch.Tensor] = []  # virtual tokens per request
     released: list[int] = []  # tokens whose SWA side is released, per request

@@ -37,7 +37,8 @@ def _child_env() -> dict[str, str]:
 
 
 def test_dropin_suite_runs_on_sglangs_bases() -> None:
-    """tests/test_sglang_dropin.py, with every drop-in class deriving from SGLang's own."""
+    """tests/test_sglang_dropin.py and test_sglang_review4.py, with every drop-in class
+    deriving from SGLang's own."""
     res = subprocess.run(
         [
             sys.executable,
@@ -48,6 +49,7 @@ def test_dropin_suite_runs_on_sglangs_bases() -> None:
             "-p",
             "sglang_stubs",
             os.path.join(HERE, "test_sglang_dropin.py"),
+            os.path.join(HERE, "test_sglang_review4.py"),
         ],
         env=_child_env(),
         capture_output=True,
@@ -193,5 +195,38 @@ def test_sglang_call_sites_import_and_isinstance_check_the_dropin() -> None:
         timeout=900,
     )
     assert res.returncode == 0 and "call sites ok" in res.stdout, (
+        res.stdout[-4000:] + res.stderr[-4000:]
+    )
+
+
+LATE_INSTALL = textwrap.dedent(
+    """
+    import sglang_stubs
+    sglang_stubs.pytest_configure(None)
+    from sglang.srt.managers import schedule_policy  # binds SGLang's allocator class
+    import ukv.integrations.sglang as dropin
+    from ukv.integrations.sglang.errors import SGLangInstallError
+    try:
+        dropin.install()
+        raise SystemExit("a late install was accepted")
+    except SGLangInstallError as exc:
+        assert "multi_ended_allocator" in str(exc), exc
+    assert not dropin.installed()
+    print("late install refused")
+    """
+)
+
+
+def test_a_late_install_into_sglang_is_refused() -> None:
+    """Review F9: once SGLang's scheduler modules bound its classes, installing would give
+    a mixed installation (admission without the drop-in's state-slot reservation)."""
+    res = subprocess.run(
+        [sys.executable, "-c", LATE_INSTALL],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0 and "late install refused" in res.stdout, (
         res.stdout[-4000:] + res.stderr[-4000:]
     )

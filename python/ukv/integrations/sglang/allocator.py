@@ -385,7 +385,8 @@ class MultiEndedAllocator(_Base):
                 swa = self.unified_buffer.swa_hybrid()
                 assert swa is not None
                 swa.free_swa(free_index)
-            self.unified_buffer.settle_if_lockstep()
+            if self.is_not_in_free_group:
+                self.unified_buffer.settle_if_lockstep()
 
     def order_after_forward(self) -> None:
         """Eager mode with a ``forward_stream``: make the current stream wait on it, so

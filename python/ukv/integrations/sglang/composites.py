@@ -461,7 +461,8 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free(free_index)
-            self.unified_buffer.settle_if_lockstep()
+            if self.is_not_in_free_group:
+                self.unified_buffer.settle_if_lockstep()
 
     def free_swa(self, free_index: torch.Tensor) -> None:
         """Release only the SWA side of tokens that left the window."""
@@ -470,7 +471,8 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.full_attn_allocator.order_after_forward()
         with translated():
             self._joint.free_swa(free_index)
-            self.unified_buffer.settle_if_lockstep()
+            if self.is_not_in_free_group:
+                self.unified_buffer.settle_if_lockstep()
 
     def set_full_to_swa_mapping(self, full_indices: Any, swa_indices: Any) -> None:
         """No mapping to keep: the SWA side's table is the mapping."""
