@@ -22,8 +22,8 @@ import torch
 import ukv
 from ukv.errors import DeferredFreeError
 from ukv.integrations.sglang import errors as E
-from ukv.integrations.sglang.install import SITE_DIR
 from ukv.integrations.sglang.allocator import MultiEndedAllocator
+from ukv.integrations.sglang.install import SITE_DIR
 from ukv.integrations.sglang.pool import UnifiedKVPool, lockstep_required
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
