@@ -102,6 +102,22 @@ def sglang_paths() -> list[str]:
     return [p for p in raw.split(os.pathsep) if p and os.path.isdir(p)]
 
 
+def sglang_found() -> bool:
+    """Whether ``UKV_SGLANG_PATH`` names a directory holding SGLang.
+
+    Raises:
+        RuntimeError: SGLang is not found while ``UKV_REQUIRE_SGLANG=1`` (CI sets it: the
+            tests that drive SGLang's own code must run there, not skip).
+    """
+    found = any(os.path.isdir(os.path.join(p, "sglang")) for p in sglang_paths())
+    if not found and os.environ.get("UKV_REQUIRE_SGLANG") == "1":
+        raise RuntimeError(
+            "UKV_REQUIRE_SGLANG=1 but UKV_SGLANG_PATH names no SGLang install: "
+            f"{os.environ.get('UKV_SGLANG_PATH', '')!r}"
+        )
+    return found
+
+
 def pytest_configure(config: Any) -> None:
     sys.path[:0] = sglang_paths()
     sys.meta_path.append(_StandInFinder())

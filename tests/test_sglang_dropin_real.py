@@ -19,10 +19,10 @@ import ukv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from sglang_stubs import sglang_paths  # noqa: E402
+from sglang_stubs import sglang_found  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    not any(os.path.isdir(os.path.join(p, "sglang")) for p in sglang_paths()),
+    not sglang_found(),
     reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
 )
 
