@@ -1,11 +1,13 @@
 """A pytest plugin (``-p sglang_stubs``) that makes a ``--no-deps`` SGLang importable.
 
-Used only by ``test_sglang_dropin_real.py``, in a child process: it puts the directories
+Used by ``test_sglang_dropin_real.py`` and the benches that run SGLang (in child
+processes, e.g. ``benches/sglang_upstream.py``): it puts the directories
 of ``UKV_SGLANG_PATH`` (``os.pathsep``-separated: SGLang 0.5.16 installed with
 ``pip install --no-deps --target``, plus any real dependencies installed the same way) in
 front of ``sys.path``, and serves stand-in modules for the third-party packages SGLang
-imports at module level but the memory-pool path never uses (:data:`STUBBED`). A
-stand-in's attributes are further stand-ins; classes may derive from them.
+imports at module level but the memory-pool path never uses (:data:`STUBBED`, plus the
+names in ``UKV_SGLANG_STUBS``). A stand-in's attributes are further stand-ins; classes
+may derive from them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ STUBBED = (
     "starlette",
     "torchvision",
     "zmq",
-)
+) + tuple(n for n in os.environ.get("UKV_SGLANG_STUBS", "").split(",") if n)
+# ``UKV_SGLANG_STUBS`` (comma-separated top-level names) adds to the list for one run, e.g.
+# ``sgl_kernel`` where SGLang's CUDA path imports it but it is not installed; CI sets none.
 
 
 class _StandInBase:
