@@ -265,9 +265,9 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.out is not None:
-        from harness import ukv_commit, utc_now
+        from harness import command, ukv_commit, utc_now
 
-        cmd = f"python benches/bench_sglang_dropin.py {' '.join(sys.argv[1:])}"
+        cmd = command("bench_sglang_dropin.py", None)
         head = f"{utc_now()}, ukv {ukv_commit()}, torch {torch.__version__}\n\n```\n{cmd}\n```"
         args.out.write_text(f"{head}\n\n{text}\n")
 

@@ -14,19 +14,21 @@ wheel=$1; out=$2; commit=${3:-unknown}
 shift $(( $# < 3 ? $# : 3 ))
 parts=${*:-tests soak bench}
 d=$(mktemp -d) && python3 -m pip install -q --no-deps --target "$d" "$wheel" && export PYTHONPATH=$d
+# Logs name ukv's files as the repository does (python/ukv/...), not by this temporary folder.
+relpaths() { sed -u "s#$d/ukv/#python/ukv/#g"; }
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -c 'import torch, triton, numpy, ukv; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "ukv from", ukv.__file__)' | tee -a "$out/gpu.txt"
 
 if [[ " $parts " == *" tests "* ]]; then
   start=$SECONDS
-  UKV_TEST_DEVICE=cuda python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log" | tail -4
+  UKV_TEST_DEVICE=cuda python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | relpaths | tee "$out/gpu-tests.log" | tail -4
   UKV_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_execution.py \
     tests/test_hybrid.py tests/test_middle_band.py tests/test_reliability_round2.py \
     tests/test_bad_inputs_hybrid.py tests/test_device_last_loc.py tests/test_killed_process.py \
     tests/test_review_round3.py tests/differential tests/test_distributed_local.py \
     tests/test_distributed.py \
-    2>&1 | tee -a "$out/gpu-tests.log" | tail -4
+    2>&1 | relpaths | tee -a "$out/gpu-tests.log" | tail -4
   echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
 fi
 
