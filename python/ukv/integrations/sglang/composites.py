@@ -286,6 +286,9 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
     ) -> None:
         self._size_full = full_max_total_num_tokens
         self._size_swa = swa_max_total_num_tokens
+        # SGLang's names of the same static caps (its tests read them).
+        self._full_max_total_num_tokens = full_max_total_num_tokens
+        self._swa_max_total_num_tokens = swa_max_total_num_tokens
         self.unified_buffer = unified_buffer
         self._kvcache = kvcache
         self.page_size = page_size
@@ -359,12 +362,15 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         return int(self._joint.available_size())
 
     def _conserve_full_available_size(self) -> int:
-        """The full side's static cap minus its live tokens (never below 0)."""
-        return max(0, self._size_full - self.full_attn_allocator.allocated_count())
+        """The full side's static cap minus its live tokens: negative once the side
+        borrowed the other's bytes beyond its cap. Kept exact, as SGLang keeps it: its
+        idle leak check adds this to the tokens the radix cache holds and expects the
+        cap, which a clamp at 0 would break."""
+        return self._size_full - self.full_attn_allocator.allocated_count()
 
     def _conserve_swa_available_size(self) -> int:
-        """The SWA side's static cap minus its live tokens (never below 0)."""
-        return max(0, self._size_swa - self.swa_attn_allocator.allocated_count())
+        """The SWA side's static cap minus its live tokens (exact, as the full side's)."""
+        return self._size_swa - self.swa_attn_allocator.allocated_count()
 
     def full_available_size(self) -> int:
         """SGLang's per-side view: ``min(static cap - live, schedulable)``.

@@ -448,10 +448,12 @@ class UnifiedSWAKVPool(_SWABase):
             raise SGLangArgumentError(
                 "UnifiedSWAKVPool.translate_loc_from_full_to_swa called before attach_allocators"
             )
-        return self._virtual_to_physical(kv_indices, self._swa_allocator).to(torch.int32)
+        return self._virt_tokens_to_phys_tokens(kv_indices, self._swa_allocator).to(torch.int32)
 
     @staticmethod
-    def _virtual_to_physical(tokens: torch.Tensor, allocator: Any) -> torch.Tensor:
+    def _virt_tokens_to_phys_tokens(tokens: torch.Tensor, allocator: Any) -> torch.Tensor:
+        """Virtual token ids -> physical token ids of ``allocator``'s side (SGLang's name);
+        a page the side does not bind gives a negative id."""
         ps = allocator.page_size
         v2p = allocator.virtual_to_physical
         t = tokens.to(torch.int64).to(v2p.device)
