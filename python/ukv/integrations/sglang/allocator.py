@@ -26,7 +26,7 @@ from ukv.integrations.sglang.errors import (
 )
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
-__all__ = ["MultiEndedAllocator"]
+__all__ = ["AllocSurface", "MultiEndedAllocator"]
 
 _Base: Any = bases.names["BaseTokenToKVPoolAllocator"]
 
@@ -50,7 +50,69 @@ def _expand_pages(pages: np.ndarray, page_size: int) -> np.ndarray:
     return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
 
 
-class MultiEndedAllocator(_Base):
+class AllocSurface:
+    """SGLang's three allocation calls, over whatever ukv allocator ``_allocating`` names
+    (one sub-pool's, or the SWA pair's joint one): the same keywords and results on both
+    kinds of allocator SGLang's scheduler holds."""
+
+    page_size: int
+    device: Any
+
+    def _allocating(self, what: str) -> Any:
+        raise NotImplementedError
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """``need_size`` virtual token ids (whole pages), or None when they do not fit;
+        an empty tensor when ``need_size <= 0`` (as SGLang).
+
+        Raises:
+            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
+            SGLangArgumentError: called on a non-owner.
+        """
+        target = self._allocating("alloc")
+        if isinstance(need_size, int) and need_size <= 0:
+            return _empty_ids(self.device)  # as SGLang: nothing asked, nothing taken
+        if isinstance(need_size, int) and need_size % self.page_size:
+            raise SGLangMisalignedError(
+                f"alloc(need_size={need_size}) is misaligned: not a multiple of "
+                f"page_size={self.page_size}"
+            )
+        with translated():
+            return target.alloc(need_size)
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        num_new_pages: int | None = None,
+    ) -> torch.Tensor | None:
+        """The new tokens of an extend batch, reusing each request's last page; None when
+        they do not fit. ``num_new_pages`` is accepted (ukv counts them itself)."""
+        target = self._allocating("alloc_extend")
+        with translated():
+            return target.alloc_extend(
+                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
+            )
+
+    def alloc_decode(
+        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+    ) -> torch.Tensor | None:
+        """One token per request (valid at every page size); None when it does not fit.
+
+        Raises:
+            SGLangArgumentError: a ``last_loc`` that is not the live token just before the
+                request's new one.
+        """
+        target = self._allocating("alloc_decode")
+        with translated():
+            return target.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
+
+
+class MultiEndedAllocator(AllocSurface, _Base):
     """One sub-pool's allocator (SGLang's name and keywords), backed by ukv.
 
     Args:
@@ -283,31 +345,17 @@ class MultiEndedAllocator(_Base):
 
     # ----- allocation --------------------------------------------------------------------------
 
+    def _allocating(self, what: str) -> Any:
+        """ukv's allocator of this sub-pool, for an allocation SGLang's ``what`` asks."""
+        self._require_owner(what)
+        return self._sub
+
     def _require_owner(self, what: str) -> None:
         if not self.is_id_owner:
             raise SGLangArgumentError(
                 f"{what} on {self.sub_pool_name!r}: a non-owner binds its owner's ids "
                 "(use alloc_with_virtual)"
             )
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """``need_size`` virtual token ids (whole pages), or None when they do not fit;
-        an empty tensor when ``need_size <= 0`` (as SGLang).
-
-        Raises:
-            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
-            SGLangArgumentError: called on a non-owner.
-        """
-        self._require_owner("alloc")
-        if isinstance(need_size, int) and need_size <= 0:
-            return _empty_ids(self.device)  # as SGLang: nothing asked, nothing taken
-        if isinstance(need_size, int) and need_size % self.page_size:
-            raise SGLangMisalignedError(
-                f"alloc(need_size={need_size}) is misaligned: not a multiple of "
-                f"page_size={self.page_size}"
-            )
-        with translated():
-            return self._sub.alloc(need_size)
 
     def alloc_with_virtual(self, virtual_pages: torch.Tensor) -> None:
         """Bind the owner's virtual pages on this non-owner (SWA) side.
@@ -341,32 +389,6 @@ class MultiEndedAllocator(_Base):
             f"take_physical(need_size={need_size!r}): ukv binds every physical page to a "
             "virtual id in one operation; use alloc / alloc_with_virtual"
         )
-
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-        num_new_pages: int | None = None,
-    ) -> torch.Tensor | None:
-        """The new tokens of an extend batch, reusing each request's last page; None when
-        they do not fit. ``num_new_pages`` is accepted (ukv counts them itself)."""
-        self._require_owner("alloc_extend")
-        with translated():
-            return self._sub.alloc_extend(
-                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
-            )
-
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
-    ) -> torch.Tensor | None:
-        """One token per request (valid at every page size); None when it does not fit."""
-        self._require_owner("alloc_decode")
-        with translated():
-            return self._sub.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
 
     def free(self, free_index: torch.Tensor) -> None:
         """Free the pages of these virtual tokens (eager: compacts now; lazy: holes).

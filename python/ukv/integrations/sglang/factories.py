@@ -54,19 +54,25 @@ def _store_dtype_for(kv_cache_dtype: torch.dtype) -> torch.dtype:
     return torch.uint8 if kv_cache_dtype in FP8_DTYPES else kv_cache_dtype
 
 
-def _buffer_bytes(
-    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]], page_size: int
-) -> int:
-    """Bytes of a buffer that holds every side's static budget at once, as SGLang sizes
-    it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of each
-    side. SGLang's scheduler budgets per side against those static caps (admission,
-    eviction, the idle leak check); with the floor and the page rounding of each
-    side's end added, two per-side checks that pass imply a joint allocation that fits.
+def _pool_holding(
+    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]], device: str, page_size: int
+) -> UnifiedKVPool:
+    """A drop-in pool whose buffer holds every side's static budget at once, as SGLang
+    sizes it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of
+    each side. SGLang's scheduler budgets per side against those static caps (admission,
+    eviction, the idle leak check); with the floor and the page rounding of each side's
+    end added, two per-side checks that pass imply a joint allocation that fits.
     """
     specs = [s.to_ukv() for s, _ in sides]
     budget = sum(spec.entry_bytes() * int(n) for spec, n in sides)
     slack = sum(spec.page_bytes(page_size) for spec in specs)  # a state page is one slot
-    return budget + reserved_floor(specs, page_size) + slack
+    return UnifiedKVPool(
+        total_bytes=budget + reserved_floor(specs, page_size) + slack,
+        sub_pool_specs=[s for s, _ in sides],
+        device=device,
+        enable_memory_saver=False,
+        page_size=page_size,
+    )
 
 
 def _refuse(flag: str, value: Any) -> None:
@@ -138,15 +144,8 @@ def init_unified_mamba_pools(
         temporal_dtype=cp.dtype.temporal,
         grow_direction="up",
     )
-    total = _buffer_bytes(
-        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)], page_size
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full_spec, mamba_spec],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
+    pool = _pool_holding(
+        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)], device, page_size
     )
     req_pool = UnifiedHybridReqToTokenPool(
         unified_buffer=pool,
@@ -253,16 +252,10 @@ def init_unified_swa_pools(
         kv_dtype=kv_cache_dtype,
         grow_direction="up",
     )
-    total = _buffer_bytes(
+    pool = _pool_holding(
         [(full_spec, full_max_total_num_tokens), (swa_spec, swa_max_total_num_tokens)],
+        device,
         page_size,
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full_spec, swa_spec],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
     )
     token_pool = UnifiedSWAKVPool(
         unified_buffer=pool,

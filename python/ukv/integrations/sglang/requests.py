@@ -131,39 +131,18 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     """
 
     def __init__(
-        self,
-        *,
-        unified_buffer: UnifiedKVPool,
-        mamba_sub_pool_name: str,
-        size: int,
-        mamba_spec_state_size: int,
-        max_context_len: int,
-        device: str,
-        enable_memory_saver: bool,
-        cache_params: Any,
-        mamba_layer_ids: list[int],
-        enable_mamba_extra_buffer: bool,
-        speculative_num_draft_tokens: int | None = None,
-        enable_overlap_schedule: bool = True,
-        start_layer: int | None = None,
+        self, *, unified_buffer: UnifiedKVPool, mamba_sub_pool_name: str, **table: Any
     ) -> None:
+        """Args: the drop-in pool, its state sub-pool's name, and SGLang's
+        ``HybridReqToTokenPool`` keywords (``size``, ``mamba_spec_state_size``,
+        ``max_context_len``, ``device``, ``enable_memory_saver``, ``cache_params``,
+        ``mamba_layer_ids``, ``enable_mamba_extra_buffer``,
+        ``speculative_num_draft_tokens``, ``enable_overlap_schedule``, ``start_layer``);
+        ``mamba_size`` is the state sub-pool's slot count."""
         self._unified_buffer = unified_buffer
         self._mamba_sub_pool_name = mamba_sub_pool_name
         self._shared_mamba_size = unified_buffer.max_slots(mamba_sub_pool_name) - 1
-        super().__init__(
-            size=size,
-            mamba_size=self._shared_mamba_size,
-            mamba_spec_state_size=mamba_spec_state_size,
-            max_context_len=max_context_len,
-            device=device,
-            enable_memory_saver=enable_memory_saver,
-            cache_params=cache_params,
-            mamba_layer_ids=mamba_layer_ids,
-            enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-            speculative_num_draft_tokens=speculative_num_draft_tokens,
-            enable_overlap_schedule=enable_overlap_schedule,
-            start_layer=start_layer,
-        )
+        super().__init__(mamba_size=self._shared_mamba_size, **table)
 
     def _init_mamba_pool(
         self,
