@@ -503,12 +503,8 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
     )
     got = b.token_to_kv_pool.get_key_buffer(3).reshape(-1, H, D)[a.translate_kv_loc(ids)]
     assert torch.equal(got, k.bfloat16())
-    for flag, value in (
-        ("speculative_num_draft_tokens", 4),
-        ("enable_memory_saver", True),
-    ):
-        with pytest.raises(NotImplementedError, match=flag):
-            mamba_bundle(**{flag: value})
+    with pytest.raises(NotImplementedError, match="enable_memory_saver"):
+        mamba_bundle(enable_memory_saver=True)
     with pytest.raises(AssertionError, match="MLA"):
         mamba_bundle(use_mla_backend=True)
 
@@ -988,3 +984,39 @@ def test_randomized_swa_trace_keeps_bytes(lazy: bool, page_size: int) -> None:
         check()
     b.unified_memory_pool.ukv_pool.check_invariants()
     assert b.unified_memory_pool.ukv_pool.stats().pages_moved > 0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_speculative_verify_scratch_and_accepted_states_follow_compaction(lazy: bool) -> None:
+    """Speculative decoding on a Mamba hybrid (Qwen3-Next MTP, EAGLE): the verify kernels
+    write one state per draft token into the scratch row of each batch position; the
+    accepted draft's state is then copied into the request's own slot (through
+    ``translate_mamba_indices``), which compaction moves like any state slot."""
+    drafts = 3
+    b = mamba_bundle(page_size=1, lazy=lazy, speculative_num_draft_tokens=drafts, max_num_reqs=4)
+    req, a = b.req_to_token_pool, b.token_to_kv_pool_allocator
+    cache = req.mamba_pool.mamba_cache
+    assert cache.intermediate_ssm.shape == (2, 5, drafts, 2, 2, 2)
+    assert [w.shape for w in cache.intermediate_conv_window] == [(2, 5, drafts, 4, 3)]
+    layer = req.mamba2_layer_cache(2)  # model layer 2 is the pool's state layer 1
+    assert layer.intermediate_ssm.data_ptr() == cache.intermediate_ssm[1].data_ptr()
+    reqs = [types.SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None) for _ in range(3)]
+    assert req.alloc(reqs) is not None
+    # Verify step: batch row i writes draft t's state as 10 * i + t; draft i is accepted.
+    for row in range(3):
+        for t in range(drafts):
+            cache.intermediate_ssm[:, row, t] = 10.0 * row + t
+    slots = req.translate_mamba_indices(
+        torch.stack([torch.as_tensor(r.mamba_pool_idx) for r in reqs])
+    )
+    for row, slot in enumerate(slots.tolist()):
+        cache.temporal[:, slot] = cache.intermediate_ssm[:, row, row]
+    # The first request finishes; compaction moves the last one's slot into its place.
+    req.free_mamba_cache(reqs[0])
+    a.flush_opportunistic()
+    settle(b.unified_memory_pool)
+    moved = int(req.translate_mamba_indices(torch.as_tensor([reqs[2].mamba_pool_idx]))[0])
+    assert moved == int(slots[0]) != int(slots[2])
+    for row in (1, 2):
+        slot = int(req.translate_mamba_indices(torch.as_tensor([reqs[row].mamba_pool_idx]))[0])
+        assert bool((cache.temporal[:, slot] == 10.0 * row + row).all()), row

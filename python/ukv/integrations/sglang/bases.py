@@ -14,6 +14,7 @@ The version seam: SGLang 0.5.16 keeps these in ``sglang.srt.mem_cache.memory_poo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -72,18 +73,38 @@ class _SWAKVPool(_KVCache):
 
 
 class _MambaPool:
-    """Stand-in for SGLang's Mamba pool: its ``State`` records."""
+    """Stand-in for SGLang's Mamba pool: its ``State`` and ``SpeculativeState`` records."""
 
+    @dataclasses.dataclass(frozen=True, kw_only=True)
     class State:
         """Conv and temporal state views: ``conv[i]`` ``[layers, slots, *conv_i]``,
         ``temporal`` ``[layers, slots, *temporal]``."""
 
-        def __init__(self, *, conv: list[torch.Tensor], temporal: torch.Tensor) -> None:
-            self.conv = conv
-            self.temporal = temporal
+        conv: list[torch.Tensor]
+        temporal: torch.Tensor
 
         def at_layer_idx(self, layer: int) -> Any:
-            return type(self)(conv=[c[layer] for c in self.conv], temporal=self.temporal[layer])
+            """The same record for one layer (lists indexed element-wise, as SGLang's)."""
+            kwargs = {}
+            for f in dataclasses.fields(self):
+                v = getattr(self, f.name)
+                kwargs[f.name] = (
+                    None
+                    if v is None
+                    else [t[layer] for t in v]
+                    if isinstance(v, list)
+                    else v[layer]
+                )
+            return type(self)(**kwargs)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class SpeculativeState(State):
+        """Plus the per-draft scratch of speculative verification: ``intermediate_ssm``
+        ``[layers, rows, draft_tokens, *temporal]`` and ``intermediate_conv_window[i]``
+        ``[layers, rows, draft_tokens, *conv_i]``, rows indexed by batch position."""
+
+        intermediate_ssm: torch.Tensor | None
+        intermediate_conv_window: list[torch.Tensor]
 
 
 class _KVWriteLoc:

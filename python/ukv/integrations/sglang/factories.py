@@ -111,10 +111,12 @@ def init_unified_mamba_pools(
 ) -> UnifiedPoolBundle:
     """The Mamba-hybrid stack (SGLang's keywords).
 
+    With ``speculative_num_draft_tokens``, the state pool carries SGLang's per-draft
+    verify scratch (``SpeculativeState``), ``max_num_reqs + 1`` rows.
+
     Raises:
         SGLangConfigError: ``use_mla_backend`` or a bad page size / sizes.
-        SGLangNotImplementedError: ``enable_memory_saver`` or
-            ``speculative_num_draft_tokens`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` set.
     """
     if use_mla_backend:
         raise SGLangConfigError(
@@ -122,8 +124,6 @@ def init_unified_mamba_pools(
         )
     if enable_memory_saver:
         _refuse("enable_memory_saver", enable_memory_saver)
-    if speculative_num_draft_tokens is not None:
-        _refuse("speculative_num_draft_tokens", speculative_num_draft_tokens)
     del mamba_full_memory_ratio, end_layer  # the ratio sizes SGLang's budget only
     full_spec = MHASubPoolSpec(
         name="full",
@@ -158,7 +158,7 @@ def init_unified_mamba_pools(
         cache_params=mamba2_cache_params,
         mamba_layer_ids=mamba_layer_ids,
         enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-        speculative_num_draft_tokens=None,
+        speculative_num_draft_tokens=speculative_num_draft_tokens,
         enable_overlap_schedule=not disable_overlap_schedule,
         start_layer=start_layer,
     )

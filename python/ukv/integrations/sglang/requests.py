@@ -125,9 +125,8 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     ordinary state slots of the drop-in's slot allocator (virtual ids, translated like
     the request's own slot) and compact like them.
 
-    Raises:
-        SGLangNotImplementedError: ``speculative_num_draft_tokens`` (per-draft
-            intermediate state slots are not done yet).
+    ``speculative_num_draft_tokens``: the state pool also carries SGLang's per-draft
+    verify scratch (rows by batch position, beside the unified buffer).
     """
 
     def __init__(
