@@ -777,6 +777,13 @@ def test_backup_restore_and_clear() -> None:
     ids = full.alloc(4)
     with pytest.raises(NotImplementedError, match="does not roll allocations back"):
         full.restore_state(state)
+    # An alloc + free pair leaves the counts as they were, not the allocator (review N6).
+    state = full.backup_state()
+    full.free(full.alloc(2))
+    settle(pool)
+    assert full.allocated_count() == 4
+    with pytest.raises(NotImplementedError, match="does not roll allocations back"):
+        full.restore_state(state)
     full.free_group_begin()
     full.free(ids[:2])
     assert full.allocated_count() == 4  # queued until the group ends

@@ -12,6 +12,7 @@ page ids expanded to tokens, or ``_copy_from_physical(src, dst)`` for a state po
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -439,11 +440,25 @@ class MultiEndedAllocator(AllocSurface, _Base):
     def clear_inverse_history(self) -> None:
         """Nothing to clear: ukv keeps no relocation history."""
 
-    def backup_state(self) -> tuple[int, int]:
-        """A marker of the current allocation state (for :meth:`restore_state`)."""
-        return (self.watermark_physical, self.allocated_count())
+    def backup_state(self) -> tuple[int, ...]:
+        """A marker of the current allocation state (for :meth:`restore_state`): the
+        watermark, live, unused and moved pages, and a digest of the free-id queue (an
+        owner's alloc + free pair leaves the counts as they were but not its queue).
 
-    def restore_state(self, state: tuple[int, int]) -> list[Any]:
+        Costs a copy of the free-id queue (SGLang's CUDA path never calls it; only its
+        NPU DSv4 allocator rolls back with it)."""
+        stats = self._stats()
+        free = self._sub.free_virtual_pages()
+        digest = 0 if free is None else zlib.crc32(free.tobytes())
+        return (
+            self.watermark_physical,
+            self.allocated_count(),
+            int(stats.holes) + int(stats.pending_pages),
+            int(stats.pages_moved),
+            digest,
+        )
+
+    def restore_state(self, state: tuple[int, ...]) -> list[Any]:
         """Return to a :meth:`backup_state` marker when nothing changed since; [] (no
         relocations to undo).
 
