@@ -239,6 +239,51 @@ class SubPoolAllocator:
         host_last, dev_last = self._split_last_loc(last_loc, len(seq), host)
         return self._alloc_tokens(lambda: self._core_decode(seq, host_last), dev_last, host)
 
+    def alloc_at(self, virtual_pages: object) -> torch.Tensor | None:
+        """Bind caller-chosen free virtual pages (not the ones the free queue would hand
+        out next) to physical pages, holes first, as :meth:`alloc` binds its own; they
+        leave the free queue. For engines whose allocator picks its ids.
+
+        Args:
+            virtual_pages: shape ``[N]`` page ids of this owner sub-pool (CPU, CUDA or
+                NumPy; a CUDA tensor is copied to the host, which waits for it).
+
+        Returns:
+            Tensor | None: the physical pages, shape ``[N]`` int64, on the tables'
+            device; None when they do not fit (checked before the ids; nothing changes).
+
+        Raises:
+            ArgumentError: a non-owner sub-pool, or a page that is live or repeated.
+            InvalidIdError: a page outside the id space.
+        """
+        pages = _convert.host_ids("virtual_pages", virtual_pages)
+        ok, _ = self._rt.allocate(
+            lambda: bool(self._arena.alloc_at(self._index, pages)) or None, self._index, False
+        )
+        if ok is None:
+            return None
+        phys = self._arena.v2p(self._index)[pages]
+        return torch.from_numpy(phys).to(self._rt.tables[self._index].device)
+
+    def rebind(self, from_pages: object, to_pages: object) -> None:
+        """Hand each live page ``from_pages[k]`` over to the free id ``to_pages[k]``: the
+        physical page keeps its bytes and takes the new name, and ``from_pages[k]`` goes
+        back to the front of the free queue (as if it had never been taken).
+
+        Raises:
+            ArgumentError: a non-owner sub-pool, lists of different lengths, a ``from``
+                page not live (or bound by a dependent sub-pool), a ``to`` page not free,
+                or a repeated page; nothing changes then.
+            InvalidIdError: a page outside the id space.
+        """
+        src = _convert.host_ids("from_pages", from_pages)
+        dst = _convert.host_ids("to_pages", to_pages)
+        # Not an allocation that can fall short: the op answers True (``allocate`` retries
+        # an op that answers None after applying queued frees).
+        self._rt.allocate(
+            lambda: self._arena.rebind(self._index, src, dst) or True, self._index, False
+        )
+
     def _alloc_tokens(
         self,
         op: Callable[[], tuple[np.ndarray, np.ndarray | None] | None],

@@ -175,6 +175,8 @@ class MultiEndedAllocator(AllocSurface, _Base):
         self.lazy_compaction = unified_buffer._claims[sub_pool_name].lazy
         self._peer: MultiEndedAllocator | None = None
         self._latest_forward_done_event: Any = None
+        # Physical page -> the id it was taken under, between take_physical and bind.
+        self._taken: dict[int, int] = {}
         unified_buffer.report_moves_to(sub_pool_name, self)
 
     # ----- ukv behind it -------------------------------------------------------------------------
@@ -380,16 +382,86 @@ class MultiEndedAllocator(AllocSurface, _Base):
                 f"{virtual_pages.numel()} pages (check the joint available_size first)"
             )
 
+    # ----- SGLang's allocation primitives (its alloc's insides; its tests call them) ----------
+
     def take_physical(self, need_size: int) -> torch.Tensor | None:
-        """Not offered: ukv never hands out physical pages without a virtual id.
+        """Physical pages for ``need_size`` tokens, to be named by :meth:`bind`; None when
+        they do not fit; empty for ``need_size <= 0``.
+
+        ukv has no physical page without a virtual id: the pages are taken under the ids
+        the free queue hands out next, and :meth:`bind` renames them (those ids go back to
+        the front of the queue), so the pool stays consistent in between.
 
         Raises:
-            SGLangNotImplementedError: always.
+            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
+            SGLangArgumentError: called on a non-owner.
         """
-        raise SGLangNotImplementedError(
-            f"take_physical(need_size={need_size!r}): ukv binds every physical page to a "
-            "virtual id in one operation; use alloc / alloc_with_virtual"
-        )
+        ids = self.alloc(need_size)
+        if ids is None or ids.numel() == 0:
+            return ids
+        pages = ids[:: self.page_size] // self.page_size
+        phys = self.virtual_to_physical[pages.to(self.virtual_to_physical.device)]
+        self._taken.update(zip(phys.tolist(), pages.tolist()))
+        return phys.to(_host_or(self.device))
+
+    def take_physical_pages(self, num_pages: int) -> torch.Tensor | None:
+        """:meth:`take_physical` of ``num_pages`` whole pages."""
+        return self.take_physical(num_pages * self.page_size)
+
+    def bind(self, virtual_ids: torch.Tensor, physical_ids: torch.Tensor) -> None:
+        """Name pages :meth:`take_physical` gave: virtual page ``virtual_ids[k]`` now maps
+        to physical page ``physical_ids[k]`` (and back).
+
+        Raises:
+            SGLangArgumentError: lengths differ, a physical page that :meth:`take_physical`
+                did not give (or was bound already), or a virtual page that is live
+                (nothing is bound then).
+        """
+        virt = [int(v) for v in torch.as_tensor(virtual_ids).reshape(-1).tolist()]
+        phys = [int(p) for p in torch.as_tensor(physical_ids).reshape(-1).tolist()]
+        unknown = [p for p in phys if p not in self._taken]
+        if len(virt) != len(phys) or unknown:
+            raise SGLangArgumentError(
+                f"bind on {self.sub_pool_name!r}: {len(virt)} virtual for {len(phys)} "
+                f"physical pages; physical pages not taken by take_physical: {unknown[:8]}"
+            )
+        held = [self._taken[p] for p in phys]
+        moving = [(h, v) for h, v in zip(held, virt) if h != v]
+        if moving:
+            src, dst = zip(*moving)
+            with translated():
+                self._sub.rebind(np.asarray(src, np.int64), np.asarray(dst, np.int64))
+        for p in phys:
+            del self._taken[p]
+
+    def bind_pages(self, virtual_pages: torch.Tensor, physical_pages: torch.Tensor) -> None:
+        """Page-granular :meth:`bind` (the same thing: ukv's tables are per page)."""
+        self.bind(virtual_pages, physical_pages)
+
+    def _alloc_bind_fast_or_slow(self, v_pages: torch.Tensor, n: int) -> torch.Tensor | None:
+        """Bind the ``n`` caller-chosen virtual pages ``v_pages`` to physical pages (holes
+        first, then a fresh extension); their physical pages, None when they do not fit
+        (checked first), empty for ``n == 0``. On a non-owner (the SWA side) the pages
+        must be live on the owner, as :meth:`alloc_with_virtual` requires.
+
+        Raises:
+            SGLangArgumentError: a page that is live here, repeated, or (non-owner) not
+                live on the owner.
+            SGLangInvalidIdError: a page outside the id space.
+        """
+        if int(n) == 0:
+            return _empty_ids(self.device)
+        pages = torch.as_tensor(v_pages).reshape(-1)[: int(n)]
+        with translated():
+            if self.is_id_owner:
+                phys = self._sub.alloc_at(pages)
+            else:
+                swa = self.unified_buffer.swa_hybrid()
+                assert swa is not None, "a non-owner is always the SWA side of a bound pair"
+                ok = swa.bind_swa_pages(pages.detach().cpu())
+                phys = self.virtual_to_physical[pages.to(self.virtual_to_physical.device)]
+                phys = phys if ok else None
+        return None if phys is None else phys.to(_host_or(self.device))
 
     def free(self, free_index: torch.Tensor) -> None:
         """Free the pages of these virtual tokens (eager: compacts now; lazy: holes).
