@@ -741,8 +741,15 @@ def test_non_owner_binds_the_owners_pages() -> None:
         swa.alloc_with_virtual(pages)
     with pytest.raises(E.SGLangArgumentError, match="id owner"):
         full.alloc_with_virtual(pages)
-    with pytest.raises(NotImplementedError, match="take_physical"):
-        full.take_physical(2)
+    # SGLang's primitives: take physical pages, then name them with chosen ids.
+    phys = full.take_physical(2)
+    assert phys is not None and phys.numel() == 1  # one page of two tokens
+    chosen = torch.tensor([int(full.free_virtual_ids[-1])])
+    full.bind(chosen, phys)
+    assert int(full.virtual_to_physical[chosen]) == int(phys[0])
+    with pytest.raises(E.SGLangArgumentError, match="not taken by take_physical"):
+        full.bind(chosen, phys)
+    full.free(chosen * 2)
     swa.free(ids)  # the SWA side only
     settle(pool)
     assert swa.allocated_count() == 0 and full.allocated_count() == 4
