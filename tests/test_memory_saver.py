@@ -190,3 +190,25 @@ def test_queued_frees_are_applied_before_the_bytes_go(device: str) -> None:
     torch.testing.assert_close(_read(pool, b), rows_b.cpu(), rtol=0, atol=0)
     assert np.all(alloc.translate_kv_loc(a).cpu().numpy() <= 0)
     pool.check_invariants()
+
+
+def test_move_listeners_keep_hearing_after_a_resume(device: str) -> None:
+    """Review round 4, F6: a release/resume cycle dropped every move listener, so a mirror
+    of the bytes (the drop-in's foreign kvcache, a test shadow) went stale silently."""
+    pool = _pool(device)
+    alloc = pool.allocator("full")
+    heard: list[list] = []
+    pool.add_move_listener(heard.append)
+    ids = alloc.alloc(8 * PS)
+    assert ids is not None
+    alloc.free(ids[: 2 * PS])  # eager: the survivors above move down
+    assert len(heard) == 1
+    pool.release_memory(keep_contents=True)
+    pool.resume_memory()
+    moved_before = pool.stats().pages_moved
+    alloc.free(ids[2 * PS : 4 * PS])
+    assert pool.stats().pages_moved > moved_before, "the free must move pages to test this"
+    assert len(heard) == 2, "the listener missed the moves after the resume"
+    ((name, src, dst),) = heard[1]
+    assert name == "full" and len(src) == len(dst) == pool.stats().pages_moved - moved_before
+    pool.remove_move_listener(heard.append)

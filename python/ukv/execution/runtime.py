@@ -70,6 +70,9 @@ class PoolRuntime:
         # Why the byte buffer's memory is given back (release_memory), None while it is held.
         self.released: str | None = None
         self._backup: torch.Tensor | None = None
+        # Called with each executed plan's page moves (see ``add_move_listener``). Made
+        # once: they outlive executors (a resume builds a new one).
+        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
         self._build_executor()
 
     def _build_executor(self) -> None:
@@ -82,8 +85,6 @@ class PoolRuntime:
         self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
-        # Called with each executed plan's page moves (see ``add_move_listener``).
-        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
 
     def index(self, name: str) -> int:
         """The index of sub-pool ``name``.
