@@ -26,7 +26,7 @@ import torch
 
 from ukv import _convert
 from ukv._tables import DeviceTables, to_device
-from ukv.errors import ArgumentError, InvalidIdError, PoolPoisonedError
+from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
 from ukv.execution import make_executor
 from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
@@ -65,7 +65,8 @@ class PoolRuntime:
         names = [i["name"] for i in self.info]
         self._index = {name: i for i, name in enumerate(names)}
         self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
-        # The tensor-parallel tap wrapping ``run`` (ukv.distributed.tap), when one is set.
+        # The tensor-parallel tap (ukv.distributed.tap), when one is set: a hook that
+        # wraps the executor's ``run`` again whenever ``run`` is bound (see ``_bind_run``).
         self.tap: Any = None
         # Why the byte buffer's memory is given back (release_memory), None while it is held.
         self.released: str | None = None
@@ -81,10 +82,32 @@ class PoolRuntime:
         self.executor = make_executor(
             self.raw, self.arena, self.tables, self.info, self.forwards.wait
         )
-        self.run = self.executor.run
         self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
+        self._bind_run()
+
+    def _bind_run(self) -> None:
+        """Bind ``run``, the one callable every plan goes through: the executor's, or a
+        refusal while the buffer is given back, wrapped by the tap when one is set. Bound
+        here and only here, so a new executor never sheds the tap (review round 4, F7)."""
+        run = self.executor.run if self.released is None else _released_run
+        self.run = run if self.tap is None else self.tap.wrap(run)
+
+    def set_tap(self, tap: Any) -> None:
+        """Install the tensor-parallel tap: ``tap.wrap(run)`` returns what runs every plan
+        from now on, across resumes.
+
+        Raises:
+            PoolConfigError: a tap is already set.
+        """
+        with self.lock:
+            if self.tap is not None:
+                raise PoolConfigError(
+                    "invalid pool: it is already tapped by a tensor-parallel mode"
+                )
+            self.tap = tap
+            self._bind_run()
 
     def index(self, name: str) -> int:
         """The index of sub-pool ``name``.
@@ -190,12 +213,12 @@ class PoolRuntime:
         self._backup = self.raw.to("cpu", copy=True) if keep_contents else None
         self.raw.untyped_storage().resize_(0)
         self.executor = None  # type: ignore[assignment]
-        self.run = _released_run
         self.ring = None
         if self.cuda_index >= 0:
             with torch.cuda.device(self.cuda_index):
                 torch.cuda.empty_cache()  # back to the driver, not only to torch's cache
         self.released = "contents kept on the host" if keep_contents else "contents dropped"
+        self._bind_run()
 
     def resume(self) -> None:
         """Take the buffer's memory back: its bytes as they were (``keep_contents``) or
@@ -208,8 +231,8 @@ class PoolRuntime:
             self._backup = None
         elif self.raw.device.type != "meta":
             self.raw.zero_()
-        self._build_executor()
         self.released = None
+        self._build_executor()
 
     def ids_out(self, ids: np.ndarray) -> torch.Tensor:
         """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
