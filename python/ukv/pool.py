@@ -9,9 +9,11 @@ kernel launch, and scatters the changed table rows into the device mirrors.
 
 Stream contract: moves and table updates are queued on the **current** stream, in order
 with the caller's later work on that stream. A caller whose forward runs on another
-stream must make the current stream wait on it before ``free``/``flush`` (eager mode
-moves bytes the forward may still read), or use lazy mode and report forwards with
-:meth:`UnifiedKVPool.set_inflight_forward`.
+stream reports it with :meth:`UnifiedKVPool.set_inflight_forward`: an eager pool's moves
+then wait on every reported forward not retired yet (a free of GPU ids is applied by a
+later call, while a later forward may be writing the pages it moves), and a lazy pool's
+flushes leave that forward's pages alone. Otherwise it must make the current stream wait
+on the forward before ``free``/``flush`` and every call after a free of GPU ids.
 
 Thread safety: a pool may be shared by threads. Every operation holds the pool's lock
 from the call into the core until its plan has been executed, so operations are atomic
@@ -159,7 +161,7 @@ class UnifiedKVPool:
         # The machinery every operation goes through (lock, plan execution, queued frees,
         # reported forwards); the allocators talk to it, never to the pool.
         owners = {self._index[name]: owner for name, owner in self._owners.items()}
-        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners)
+        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners, self.lazy)
         rt = self._runtime
         # One lock per pool: an operation and the execution of its plan are one step, so a
         # second thread can never replace a plan before it has been executed.

@@ -26,6 +26,7 @@ from ukv.distributed.replay import Replayer
 from ukv.distributed.transport import CHUNK_WORDS, Channel
 from ukv.distributed.wire import MSG_HEADER, Record, read_records
 from ukv.errors import ArgumentError, PoolConfigError, PoolPoisonedError
+from ukv.execution.base import PLAN_MOVES
 from ukv.execution.forwards import Forwards
 from ukv.specs import MambaSpec, MHASpec, Spec
 
@@ -102,6 +103,7 @@ class FollowerPool:
         self._replay = Replayer(self.raw, self._tables, [p[2] for p in geo.pools], geo.move_order)
         # The forwards reported, numbered as on the leader (no core to retire them in).
         self._forwards = Forwards()
+        self._eager_waits = not geo.lazy
         self._store: dict[str, list[ops.StoreTarget]] = {}
         # Why a step could not be applied (then every later call raises), None while sound.
         self.poisoned: str | None = None
@@ -155,6 +157,9 @@ class FollowerPool:
             at = _offset(msg, rec.payload)
             payload = dev[at : at + len(rec.payload)]
             self._forwards.wait(rec.waits.tolist())
+            if rec.flags & PLAN_MOVES and self._eager_waits and self._forwards:
+                # As the leader's eager executor does: moves after every unretired forward.
+                self._forwards.wait(list(self._forwards.events))
             self._replay.apply(rec, payload)
             if rec.tokens[1]:
                 t_at, n = rec.tokens

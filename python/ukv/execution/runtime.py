@@ -46,10 +46,20 @@ class PoolRuntime:
         raw: The pool's byte buffer.
         device: The pool's device.
         owners: ``{sub-pool index: owner index}`` for sub-pools that bind another's ids.
+        lazy: The pool compacts lazily (eager plans that move pages wait on every
+            unretired reported forward first).
     """
 
-    def __init__(self, arena: Any, raw: torch.Tensor, device: torch.device, owners: dict[int, int]):
+    def __init__(
+        self,
+        arena: Any,
+        raw: torch.Tensor,
+        device: torch.device,
+        owners: dict[int, int],
+        lazy: bool = False,
+    ):
         self.arena = arena
+        self.lazy = lazy
         self.device = device
         self.lock = threading.RLock()
         n = arena.num_pools()
@@ -79,8 +89,9 @@ class PoolRuntime:
     def _build_executor(self) -> None:
         """The executor for the buffer as it is now (its launches cache the buffer's
         address, so a buffer given back and resumed needs a new one)."""
+        inflight = None if self.lazy else self.forwards.events
         self.executor = make_executor(
-            self.raw, self.arena, self.tables, self.info, self.forwards.wait
+            self.raw, self.arena, self.tables, self.info, self.forwards.wait, inflight
         )
         self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
