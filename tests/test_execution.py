@@ -226,6 +226,19 @@ def test_lazy_pools_keep_their_planned_waits_only() -> None:
     assert fwd.syncs == 0
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_only_lazy_pools_keep_a_forwards_write_set(lazy: bool, device: str) -> None:
+    """Review round 4, N8: an eager pool never reads write sets, yet staged a copy of
+    ``out_cache_loc`` (a device-to-host copy, a ring slot, an event) every step. It still
+    checks the argument."""
+    pool = _pool(device, lazy=lazy)
+    ids = pool.allocator("full").alloc(4)
+    pool.set_inflight_forward(StandInEvent(), ids)
+    assert len(pool._runtime.forwards.write_locs) == int(lazy)
+    with pytest.raises(ukv.ArgumentError, match="out_cache_loc"):
+        pool.set_inflight_forward(StandInEvent(), ids.float())
+
+
 # ----- poisoning ---------------------------------------------------------------------------
 
 

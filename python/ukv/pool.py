@@ -483,7 +483,10 @@ class UnifiedKVPool:
                 # Eager pools hold no pages for a forward: retire what completed now, so
                 # an engine that never calls flush keeps no events (memory stays flat).
                 rt.forwards.retire(self._arena)
-            writes = None if out_cache_loc is None else rt.forwards.landing(out_cache_loc, rt.ring)
+            # Write sets steer lazy flushes only: an eager pool stages no copy of them.
+            writes = None
+            if out_cache_loc is not None and self.lazy:
+                writes = rt.forwards.landing(out_cache_loc, rt.ring)
             token = rt.forwards.report(event, writes)
             self._arena.set_latest_token(token)
 
