@@ -103,7 +103,7 @@ def test_contents_dropped_by_default_come_back_zero(device: str) -> None:
     assert ids is not None
     _write(pool, ids, 3)
     k_views, _ = pool.kv_views("full")  # a view taken before the release
-    pool.release_memory()
+    pool.release_memory(force=True)  # live ids: dropping their bytes takes force (N3)
     pool.resume_memory()
     assert not _read(pool, ids).any()
     assert not pool.raw.any()
@@ -132,6 +132,8 @@ def _refusals(pool: ukv.UnifiedKVPool, live: torch.Tensor):
         "state_alloc": lambda: pool.allocator("mamba").alloc(1),
         "release again": lambda: pool.release_memory(),
         "forward": lambda: pool.set_inflight_forward(StandInEvent(), None),
+        "kv_views": lambda: pool.kv_views("full"),  # a touch would fault (N2)
+        "state_views": lambda: pool.state_views("mamba"),
     }
 
 
@@ -139,7 +141,7 @@ def test_calls_that_touch_bytes_are_refused_while_released(device: str) -> None:
     pool = _pool(device)
     live = pool.allocator("full").alloc(4 * PS)
     assert live is not None
-    pool.release_memory()
+    pool.release_memory(force=True)
     before = _snapshot(pool)
     for name, fn in _refusals(pool, live).items():
         with pytest.raises(ArgumentError, match="released"):
@@ -170,7 +172,7 @@ def test_release_refused_while_a_forward_is_in_flight(device: str) -> None:
         pool.release_memory()
     assert not pool.memory_released and _same(before, _snapshot(pool))
     ev.complete()
-    pool.release_memory()
+    pool.release_memory(keep_contents=True)
     assert pool.memory_released
     pool.resume_memory()
 
@@ -212,3 +214,54 @@ def test_move_listeners_keep_hearing_after_a_resume(device: str) -> None:
     ((name, src, dst),) = heard[1]
     assert name == "full" and len(src) == len(dst) == pool.stats().pages_moved - moved_before
     pool.remove_move_listener(heard.append)
+
+
+def test_a_meta_pool_refuses_to_keep_contents_up_front() -> None:
+    """Review round 4, N1: a meta pool's ``keep_contents=True`` raised an untyped
+    NotImplementedError after the queued frees had been applied."""
+    pool = _pool("meta")
+    ids = pool.allocator("full").alloc(2 * PS)
+    assert ids is not None
+    before = _snapshot(pool)
+    with pytest.raises(ArgumentError, match="keep_contents = True: a meta pool"):
+        pool.release_memory(keep_contents=True)
+    assert not pool.memory_released and _same(before, _snapshot(pool))
+    pool.release_memory()  # no bytes to lose: live ids need no force on meta
+    pool.resume_memory()
+    assert _same(before, _snapshot(pool))
+
+
+def test_views_are_refused_while_released(device: str) -> None:
+    """Review round 4, N2: a view of a released buffer segfaulted the process on a touch
+    (on CUDA a kernel would write freed memory). Views handed out before stay objects."""
+    mla = ukv.MLASpec("lat", 1, 4, 4, torch.float32, grow="up")
+    mamba = ukv.MambaSpec("mamba", 1, ((2, 3),), torch.float32, (2, 2), torch.float32, "down")
+    pool = ukv.UnifiedKVPool(1 << 14, [mla, mamba], page_size=PS, device=device)
+    pool.release_memory()
+    for call in (lambda: pool.latent_views("lat"), lambda: pool.state_views("mamba")):
+        with pytest.raises(ArgumentError, match="latent_views|state_views"):
+            call()
+    pool.resume_memory()
+    assert len(pool.latent_views("lat")) == 1
+    with pytest.raises(ArgumentError, match="no latent views"):
+        pool.latent_views("mamba")  # still checked as before
+
+
+def test_dropping_live_contents_needs_force(device: str) -> None:
+    """Review round 4, N3: the default release dropped the bytes of live ids silently."""
+    pool = _pool(device)
+    full, mamba = pool.allocator("full"), pool.allocator("mamba")
+    ids, slots = full.alloc(2 * PS), mamba.alloc(1)
+    assert ids is not None and slots is not None
+    rows = _write(pool, ids, 6)
+    before = _snapshot(pool)
+    with pytest.raises(ArgumentError, match=r"live pages \(2 of 'full', 1 of 'mamba'\)"):
+        pool.release_memory()
+    assert not pool.memory_released and _same(before, _snapshot(pool))
+    torch.testing.assert_close(_read(pool, ids), rows.cpu(), rtol=0, atol=0)
+    # Freed first (a free still queued counts: it is applied before the count), no force.
+    full.free(ids.to(pool.device))
+    mamba.free(slots)
+    pool.release_memory()
+    pool.resume_memory()
+    pool.check_invariants()

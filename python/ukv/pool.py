@@ -249,8 +249,11 @@ class UnifiedKVPool:
         Returns:
             (k, v): lists of ``layer_num`` tensors of shape
             ``[num_pages, page_size, head_num, head_dim]`` (V: ``v_head_dim``).
+
+        Raises:
+            ArgumentError: not an MHA sub-pool, or the memory is released.
         """
-        i = self._idx(name)
+        i = self._view_index(name, "kv_views")
         if not isinstance(self._specs[i], MHASpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no K/V views"
@@ -259,8 +262,12 @@ class UnifiedKVPool:
         return k, v
 
     def latent_views(self, name: str) -> list[torch.Tensor]:
-        """Per-layer views of an MLA sub-pool, shape ``[num_pages, page_size, kv_lora_rank + qk_rope_head_dim]``."""
-        i = self._idx(name)
+        """Per-layer views of an MLA sub-pool, shape ``[num_pages, page_size, kv_lora_rank + qk_rope_head_dim]``.
+
+        Raises:
+            ArgumentError: not an MLA sub-pool, or the memory is released.
+        """
+        i = self._view_index(name, "latent_views")
         if not isinstance(self._specs[i], MLASpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no latent views"
@@ -273,14 +280,24 @@ class UnifiedKVPool:
         Returns:
             (conv, temporal): conv[i] of shape ``[layer_num, max_slots, *conv_shapes[i]]``,
             temporal of shape ``[layer_num, max_slots, *temporal_shape]``.
+
+        Raises:
+            ArgumentError: not a Mamba sub-pool, or the memory is released.
         """
-        i = self._idx(name)
+        i = self._view_index(name, "state_views")
         if not isinstance(self._specs[i], MambaSpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no state views"
             )
         conv, temporal = self._views[i]
         return conv, temporal
+
+    def _view_index(self, name: str, what: str) -> int:
+        """The index of ``name``; refuses views of a released buffer, whose memory a
+        touch would fault on (a segfault on the CPU: review round 4, N2)."""
+        if self._runtime.released is not None:
+            self._runtime.check_resident(what)
+        return self._idx(name)
 
     # ----- bytes ------------------------------------------------------------------------------
 
@@ -547,7 +564,7 @@ class UnifiedKVPool:
 
     # ----- giving the buffer's memory back (memory saver) ------------------------------------
 
-    def release_memory(self, *, keep_contents: bool = False) -> None:
+    def release_memory(self, *, keep_contents: bool = False, force: bool = False) -> None:
         """Give the byte buffer's device memory back, keeping every table, id and size.
 
         What SGLang's memory saver does around weight updates (``enable_memory_saver``):
@@ -556,26 +573,31 @@ class UnifiedKVPool:
         storage to nothing and returns the freed blocks to the driver
         (``torch.cuda.empty_cache()``). Until :meth:`resume_memory`, calls that read,
         write or move bytes (alloc, free, group boundaries, flush, clear, ``set_kv``,
-        host copies) raise :class:`~ukv.errors.ArgumentError`; queries (sizes, stats,
-        translation, the tables) still answer. Views handed out before stay valid objects
-        and see the buffer again after the resume; do not touch them in between.
+        host copies, the views) raise :class:`~ukv.errors.ArgumentError`; queries (sizes,
+        stats, translation, the tables) still answer. Views handed out before stay valid
+        objects and see the buffer again after the resume; do not touch them in between.
 
         Args:
             keep_contents: Copy the bytes to host memory first and put them back on
-                resume (costs a host copy of the whole buffer); by default the contents
-                are dropped and the buffer comes back zeroed, as a KV cache whose radix
-                tree is flushed around a weight update.
+                resume (costs a host copy of the whole buffer). Without it the buffer
+                comes back zeroed, as a KV cache whose radix tree is flushed around a
+                weight update; that is refused while any page is live, unless ``force``.
+            force: Drop the contents even though pages are live (their ids stay live
+                and read zeros after the resume).
 
         Raises:
             ArgumentError: forwards reported in flight have not completed, the pool is
-                already released, it runs in a tensor-parallel mode, or the current stream
-                is capturing a CUDA graph. The pool is unchanged then.
+                already released, it runs in a tensor-parallel mode, the current stream
+                is capturing a CUDA graph, ``keep_contents`` on a ``meta`` pool (no
+                bytes), or pages are live without ``keep_contents`` or ``force``. The
+                pool is unchanged then, but for queued frees: they are applied before
+                the live pages are counted (a free issued before counts).
             PoolPoisonedError: the pool was poisoned.
         """
         with self._lock:
             self._store_fast.clear()  # their launches hold the buffer's address
             self._store_targets.clear()
-            self._runtime.release(bool(keep_contents))
+            self._runtime.release(bool(keep_contents), bool(force))
         logger.info("ukv pool released its %d-byte buffer", self.total_bytes)
 
     def resume_memory(self) -> None:

@@ -201,7 +201,7 @@ class PoolRuntime:
 
     # ----- giving the buffer's memory back -------------------------------------------------
 
-    def release(self, keep_contents: bool) -> None:
+    def release(self, keep_contents: bool, force: bool) -> None:
         """Give the byte buffer's memory back; tables and ids stay (see
         :meth:`ukv.UnifiedKVPool.release_memory`)."""
         self.check_usable()
@@ -211,6 +211,10 @@ class PoolRuntime:
                 "bad call release_memory: the pool runs in a tensor-parallel mode; release "
                 "is not supported there"
             )
+        if keep_contents and self.device.type == "meta":
+            raise ArgumentError(
+                "bad argument keep_contents = True: a meta pool holds no bytes to keep"
+            )
         self.forwards.retire(self.arena)
         if self.forwards:
             raise ArgumentError(
@@ -218,6 +222,8 @@ class PoolRuntime:
                 "have not completed; wait for them (and retire_completed()) first"
             )
         self.settle(wait=True)  # queued frees may move pages: apply them while bytes exist
+        if not (keep_contents or force or self.device.type == "meta"):
+            self._refuse_dropping_live()
         if self.cuda_index >= 0:
             with torch.cuda.device(self.cuda_index):
                 torch.cuda.synchronize()  # no kernel may still read or write the buffer
@@ -230,6 +236,20 @@ class PoolRuntime:
                 torch.cuda.empty_cache()  # back to the driver, not only to torch's cache
         self.released = "contents kept on the host" if keep_contents else "contents dropped"
         self._bind_run()
+
+    def _refuse_dropping_live(self) -> None:
+        """Raise when live ids would come back zeroed (review round 4, N3)."""
+        live = [
+            f"{int(self.arena.pool_state(i)[1])} of {info['name']!r}"
+            for i, info in enumerate(self.info)
+            if self.arena.pool_state(i)[1]
+        ]
+        if live:
+            raise ArgumentError(
+                f"bad argument keep_contents = False: live pages ({', '.join(live)}) would "
+                "come back zeroed; free them first, pass keep_contents=True to keep their "
+                "bytes, or force=True to drop them"
+            )
 
     def resume(self) -> None:
         """Take the buffer's memory back: its bytes as they were (``keep_contents``) or
