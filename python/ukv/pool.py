@@ -24,9 +24,11 @@ boundary, flush, clear, ``sync_frees``) by any thread; queries (sizes, ``stats``
 ``get_cpu_copy``) never move pages. A thread that translates and then writes or reads
 bytes while other threads allocate and free holds :attr:`UnifiedKVPool.lock` across both.
 
-The machinery behind the API lives in :mod:`ukv.execution` (the runtime every allocator
-goes through, plan execution, queued frees, reported forwards); host copies in
-:mod:`ukv.host_copy`.
+This module is the pool's public API only. The machinery behind it lives in
+:mod:`ukv.execution` (the runtime every allocator goes through: plan execution, flushes,
+queued frees, reported forwards, memory release; the byte buffer in
+:mod:`ukv.execution.memory`), host copies in :mod:`ukv.host_copy`, the constructor's
+argument checks in :mod:`ukv._pool_args`, the counters in :mod:`ukv.stats`.
 """
 
 from __future__ import annotations
@@ -35,72 +37,24 @@ import logging
 import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ukv import _core, host_copy, layout, ops
-from ukv._convert import first_dead_id, host_ids
-from ukv._tables import to_device
+from ukv import _core, _pool_args, host_copy, layout, ops, stats
 from ukv.allocator import SubPoolAllocator
-from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError
+from ukv.errors import ArgumentError
+from ukv.execution import memory
 from ukv.execution.fastpath import StoreLauncher
 from ukv.execution.frees import FailedFree
 from ukv.execution.runtime import PoolRuntime
 from ukv.host_copy import HostCopy
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
+from ukv.stats import PoolStats as PoolStats
+from ukv.stats import SubPoolStats as SubPoolStats
 
 logger = logging.getLogger("ukv")
-
-DEVICE_TYPES = ("cuda", "cpu", "meta")
-
-
-@dataclass(frozen=True)
-class SubPoolStats:
-    """Occupancy and compaction counters of one sub-pool."""
-
-    name: str
-    live_pages: int
-    holes: int
-    pending_pages: int
-    span_pages: int
-    used_bytes: int
-    pages_moved: int
-    bytes_moved: int
-    compactions: int
-    flushes: int
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of the whole pool (``UnifiedKVPool.stats()``)."""
-
-    total_bytes: int
-    reserved_floor_bytes: int
-    free_gap_bytes: int
-    sub_pools: tuple[SubPoolStats, ...]
-    inflight_frees: int = 0
-    """Frees queued until their ids land on the host (and host-id frees behind them)."""
-    gpu_waits: int = 0
-    """Times a call had to wait for the GPU (an allocation needing in-flight frees, an
-    urgent flush, ``sync_frees``, or staging memory the device was still reading)."""
-
-    @property
-    def pages_moved(self) -> int:
-        """Pages moved by compaction so far, all sub-pools."""
-        return sum(s.pages_moved for s in self.sub_pools)
-
-    @property
-    def bytes_moved(self) -> int:
-        """Bytes moved by compaction so far, all sub-pools."""
-        return sum(s.bytes_moved for s in self.sub_pools)
-
-    @property
-    def compactions(self) -> int:
-        """Operations that moved at least one page, all sub-pools."""
-        return sum(s.compactions for s in self.sub_pools)
 
 
 class UnifiedKVPool:
@@ -134,12 +88,11 @@ class UnifiedKVPool:
         max_moves_per_flush: int = _core.DEFAULT_MAX_MOVES_PER_FLUSH,
         bind: Mapping[str, str] | None = None,
     ) -> None:
-        self.total_bytes = _positive("total_bytes", total_bytes)
+        self.total_bytes = _pool_args.positive("total_bytes", total_bytes)
         self.page_size = check_page_size(page_size)
-        self.device = _device(device)
-        self._specs = _check_specs(specs)
-        self._index = {s.name: i for i, s in enumerate(self._specs)}
-        self._owners = _check_bind(bind, self._specs, self._index)
+        self.device = _pool_args.device_of(device)
+        self._specs = _pool_args.check_specs(specs)
+        self._owners = _pool_args.check_bind(bind, self._specs)
         pools = [
             (
                 s.name,
@@ -154,21 +107,22 @@ class UnifiedKVPool:
             self.total_bytes,
             pools,
             lazy=bool(lazy),
-            max_moves_per_flush=_positive("max_moves_per_flush", max_moves_per_flush),
+            max_moves_per_flush=_pool_args.positive("max_moves_per_flush", max_moves_per_flush),
         )
         self.lazy = bool(lazy)
-        self.raw = _buffer(self.total_bytes, self.device)
+        self.raw = memory.allocate(self.total_bytes, self.device)
         # The machinery every operation goes through (lock, plan execution, queued frees,
         # reported forwards); the allocators talk to it, never to the pool.
-        owners = {self._index[name]: owner for name, owner in self._owners.items()}
-        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners, self.lazy)
+        names = [s.name for s in self._specs]
+        owners = {names.index(name): owner for name, owner in self._owners.items()}
+        paged = tuple(i for i, s in enumerate(self._specs) if s.is_paged)
+        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners, paged)
         rt = self._runtime
         # One lock per pool: an operation and the execution of its plan are one step, so a
         # second thread can never replace a plan before it has been executed.
         self._lock = rt.lock
         self._tables = rt.tables
         self._info = rt.info
-        self._faults = rt.faults
         self._views = [
             layout.views_for(self.raw, s, info["page_size"], info["num_pages"])
             for s, info in zip(self._specs, self._info)
@@ -215,7 +169,7 @@ class UnifiedKVPool:
     @property
     def names(self) -> tuple[str, ...]:
         """Sub-pool names, in the order the specs were given."""
-        return tuple(self._index)
+        return self._runtime.names
 
     def max_slots(self, name: str) -> int:
         """Slots in ``name``'s index space (``num_pages * page_size``)."""
@@ -379,7 +333,7 @@ class UnifiedKVPool:
         with self._lock:  # translate + gather in one step: a compaction may not intervene
             self._runtime.check_usable()
             self._runtime.check_resident("get_cpu_copy")
-            views, phys = self._gather_targets(name, ids)
+            views, phys = self._copy_targets(name, ids)
             return host_copy.copy_out(views, phys, non_blocking)
 
     def load_cpu_copy(self, name: str, copy: Sequence[torch.Tensor], ids: torch.Tensor) -> None:
@@ -395,26 +349,16 @@ class UnifiedKVPool:
         with self._lock:
             self._runtime.check_usable()
             self._runtime.check_resident("load_cpu_copy")
-            views, phys = self._gather_targets(name, ids)
+            views, phys = self._copy_targets(name, ids)
             slots = isinstance(self._specs[self._idx(name)], MambaSpec)
             host_copy.check_copy(views, copy, phys.numel(), slots)
             host_copy.copy_in(views, copy, phys, slots)
 
-    def _gather_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
-        """The views of ``name`` and the physical ids of live virtual ``ids``. Queued frees
-        are not applied (a query moves no page): ids they name still hold their bytes."""
+    def _copy_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
         i = self._idx(name)
-        if self.device.type == "meta":
-            raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
-        alloc = self._allocators[i]
-        host = host_ids("ids", ids).astype(np.int64, copy=False)
-        # The id space's floor: a pool binding another's ids checks the owner's floor.
-        floor = int(self._info[i]["min_virtual_page"]) * alloc.page_size
-        bad = first_dead_id(host, self._arena.v2p(i), alloc.page_size, floor)
-        if bad is not None:
-            raise InvalidIdError(f"bad argument ids: virtual id {bad} of {name!r} is not live")
-        phys = alloc.translate_kv_loc(to_device(host, self._tables[i].device))
-        return host_copy.views_of(self._specs[i], self._views[i]), phys
+        return host_copy.targets(
+            self._runtime, self._allocators[i], self._specs[i], self._views[i], ids
+        )
 
     # ----- lazy compaction lifecycle ------------------------------------------------------
 
@@ -431,40 +375,8 @@ class UnifiedKVPool:
         Returns:
             int: page moves performed.
         """
-        rt = self._runtime
         with self._lock:
-            rt.check_usable()
-            rt.check_not_capturing("flush")
-            rt.forwards.retire(self._arena)
-            if rt.frees:
-                rt.settle(wait=bool(urgent))
-            if not self.lazy:
-                return 0
-            return self._flush_locked(bool(urgent))
-
-    def _flush_locked(self, urgent: bool) -> int:
-        rt = self._runtime
-        if urgent:
-            moves = int(self._arena.flush(True))
-            rt.execute()
-            return moves
-        paged = [i for i, spec in enumerate(self._specs) if spec.is_paged]
-        # KV pages: never one that an unretired forward writes (every write set must have
-        # landed to know which); state slots: none at all while a forward is unretired,
-        # since a forward updates its batch's states in place.
-        kv_blocked = rt.forwards.hand_write_sets(self._arena, paged)
-        states_blocked = bool(rt.forwards)
-        if not kv_blocked and not states_blocked:
-            moves = int(self._arena.flush(False))
-            rt.execute()
-            return moves
-        moves = 0
-        for i, spec in enumerate(self._specs):
-            if kv_blocked if spec.is_paged else states_blocked:
-                continue
-            moves += int(self._arena.flush_pool(i, False))
-            rt.execute()
-        return moves
+            return self._runtime.flush(bool(urgent))
 
     def set_inflight_forward(self, event: Any, out_cache_loc: torch.Tensor | None = None) -> None:
         """Report a forward just launched: ``event`` completes when it ends (an object with
@@ -474,38 +386,7 @@ class UnifiedKVPool:
         reuse its tensor at once. Until the event completes, a non-urgent flush moves no
         page of any unretired forward's ``out_cache_loc`` and no state slot. Completed
         forwards are retired by ``flush`` (in both modes) and ``retire_completed``."""
-        if not hasattr(event, "query"):
-            raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
-        if out_cache_loc is not None:
-            if not isinstance(out_cache_loc, torch.Tensor):
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
-                )
-            if out_cache_loc.dtype not in (torch.int32, torch.int64) or out_cache_loc.dim() != 1:
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
-                    f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
-                )
-            # Checked now, not at the next flush (which would then fail until it completes).
-            if not out_cache_loc.is_contiguous() or out_cache_loc.device.type == "meta":
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
-                    f"{out_cache_loc.device} must be contiguous and hold ids"
-                )
-        rt = self._runtime
-        with self._lock:
-            rt.check_usable()
-            rt.check_resident("set_inflight_forward")
-            if not self.lazy:
-                # Eager pools hold no pages for a forward: retire what completed now, so
-                # an engine that never calls flush keeps no events (memory stays flat).
-                rt.forwards.retire(self._arena)
-            # Write sets steer lazy flushes only: an eager pool stages no copy of them.
-            writes = None
-            if out_cache_loc is not None and self.lazy:
-                writes = rt.forwards.landing(out_cache_loc, rt.ring)
-            token = rt.forwards.report(event, writes)
-            self._arena.set_latest_token(token)
+        self._runtime.report_forward(event, out_cache_loc)
 
     def add_move_listener(
         self, listener: Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]
@@ -640,9 +521,9 @@ class UnifiedKVPool:
         with self._lock:
             if rt.cuda_index >= 0 and torch._C._cuda_getDevice() != rt.cuda_index:
                 with torch.cuda.device(rt.cuda_index):
-                    self._faults.raise_if_any()
+                    rt.faults.raise_if_any()
                 return
-            self._faults.raise_if_any()
+            rt.faults.raise_if_any()
 
     # ----- checks and stats -----------------------------------------------------------------
 
@@ -650,36 +531,9 @@ class UnifiedKVPool:
         """Bytes used per side, the free gap, holes, pending pages, moves so far, frees
         still queued and waits for the GPU. A pure query: applies no queued free."""
         with self._lock:  # one consistent snapshot, not fields of different moments
-            self._runtime.check_usable()
-            return self._stats_locked()
-
-    def _stats_locked(self) -> PoolStats:
-        subs = []
-        for i, info in enumerate(self._info):
-            wm, live, holes, pending, span = self._arena.pool_state(i)
-            moved, moved_bytes, compactions, flushes = self._arena.pool_stats(i)
-            subs.append(
-                SubPoolStats(
-                    name=info["name"],
-                    live_pages=live,
-                    holes=holes,
-                    pending_pages=pending,
-                    span_pages=span,
-                    used_bytes=span * info["page_bytes"],
-                    pages_moved=moved,
-                    bytes_moved=moved_bytes,
-                    compactions=compactions,
-                    flushes=flushes,
-                )
-            )
-        return PoolStats(
-            total_bytes=self.total_bytes,
-            reserved_floor_bytes=self.reserved_floor,
-            free_gap_bytes=int(self._arena.gap_bytes(0)),
-            sub_pools=tuple(subs),
-            inflight_frees=self._runtime.frees.frees(),
-            gpu_waits=self._runtime.gpu_waits,
-        )
+            rt = self._runtime
+            rt.check_usable()
+            return stats.read(self._arena, self._info, rt.frees.frees(), rt.gpu_waits)
 
     def check_invariants(self) -> None:
         """Check the arena's invariants and that device tables mirror the host ones.
@@ -689,104 +543,7 @@ class UnifiedKVPool:
                 tables back: a synchronisation, meant for tests and debugging.)
         """
         with self._lock:  # the core check runs without the GIL: keep writers out
-            self._check_invariants_locked()
-
-    def _check_invariants_locked(self) -> None:
-        self._arena.check_invariants()
-        from ukv.errors import InvariantError
-
-        for i, tables in enumerate(self._tables):
-            if not tables.mirrored:
-                continue
-            host_v2p = torch.from_numpy(self._arena.v2p(i))
-            host_p2v = torch.from_numpy(self._arena.p2v(i))
-            for label, dev, host in (("v2p", tables.v2p, host_v2p), ("p2v", tables.p2v, host_p2v)):
-                diff = (dev.cpu() != host).nonzero()
-                if diff.numel():
-                    r = int(diff[0, 0])
-                    raise InvariantError(
-                        f"device {label} of {self._info[i]['name']!r} row {r} = {int(dev[r])} but host has {int(host[r])}"
-                    )
+            self._runtime.check_invariants()
 
     def __repr__(self) -> str:
         return f"UnifiedKVPool({self.summary()})"
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) <= 0:
-        raise PoolConfigError(f"invalid {name} = {value!r}: must be a positive int")
-    if int(value) >= 1 << 64:
-        raise PoolConfigError(f"invalid {name} = {value!r}: must be below 2**64")
-    return int(value)
-
-
-def _device(device: str | torch.device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise PoolConfigError(f"invalid device = {device!r}: not a torch device") from None
-    if dev.type not in DEVICE_TYPES:
-        raise PoolConfigError(f"invalid device = {device!r}: must be cuda, cpu or meta")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise PoolConfigError(f"invalid device = {device!r}: CUDA is not available")
-    if dev.type == "cuda":
-        # Pinned at construction: a later torch.cuda.set_device elsewhere changes nothing.
-        index = torch.cuda.current_device() if dev.index is None else dev.index
-        if not 0 <= index < torch.cuda.device_count():
-            raise PoolConfigError(f"invalid device = {device!r}: no CUDA device {index}")
-        dev = torch.device("cuda", index)
-    return dev
-
-
-def _check_specs(specs: Sequence[Spec]) -> list[Spec]:
-    """Two specs (one ``grow="up"``, one ``"down"``), or three with one ``"middle"`` band
-    floating between them; unique names."""
-    specs = list(specs) if isinstance(specs, (list, tuple)) else []
-    if len(specs) not in (2, 3) or not all(isinstance(s, Spec) for s in specs):
-        raise PoolConfigError(
-            f"invalid specs = {specs!r}: need two specs (one grow='up', one grow='down'), "
-            "or three with one grow='middle' between them"
-        )
-    grows = sorted(s.grow for s in specs)
-    if grows not in (["down", "up"], ["down", "middle", "up"]):
-        raise PoolConfigError(
-            f"invalid specs grow = {grows}: need one 'up' and one 'down', plus at most one 'middle'"
-        )
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise PoolConfigError(f"invalid specs name = {dup!r}: names must be unique")
-    return specs
-
-
-def _check_bind(
-    bind: Mapping[str, str] | None, specs: list[Spec], index: dict[str, int]
-) -> dict[str, int]:
-    """``{non_owner name: owner index}`` from the ``bind`` argument, validated."""
-    if bind is None:
-        return {}
-    if not isinstance(bind, Mapping):
-        raise PoolConfigError(f"invalid bind = {bind!r}: must be a mapping of names")
-    owners: dict[str, int] = {}
-    for user, owner in bind.items():
-        for name in (user, owner):
-            if name not in index:
-                raise PoolConfigError(
-                    f"invalid bind = {dict(bind)!r}: no sub-pool {name!r} (have {list(index)})"
-                )
-        if user == owner or owner in bind:
-            raise PoolConfigError(
-                f"invalid bind = {dict(bind)!r}: {user!r} must bind an id owner other than itself"
-            )
-        if not (specs[index[user]].is_paged and specs[index[owner]].is_paged):
-            raise PoolConfigError(
-                f"invalid bind = {dict(bind)!r}: only paged (KV) sub-pools share virtual ids"
-            )
-        owners[user] = index[owner]
-    return owners
-
-
-def _buffer(total_bytes: int, device: torch.device) -> torch.Tensor:
-    if device.type == "meta":
-        return torch.empty(total_bytes, dtype=torch.uint8, device=device)
-    return torch.zeros(total_bytes, dtype=torch.uint8, device=device)

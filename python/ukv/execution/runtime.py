@@ -26,7 +26,13 @@ import torch
 
 from ukv import _convert
 from ukv._tables import DeviceTables, to_device
-from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError, PoolPoisonedError
+from ukv.errors import (
+    ArgumentError,
+    InvalidIdError,
+    InvariantError,
+    PoolConfigError,
+    PoolPoisonedError,
+)
 from ukv.execution import make_executor
 from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
@@ -46,8 +52,7 @@ class PoolRuntime:
         raw: The pool's byte buffer.
         device: The pool's device.
         owners: ``{sub-pool index: owner index}`` for sub-pools that bind another's ids.
-        lazy: The pool compacts lazily (eager plans that move pages wait on every
-            unretired reported forward first).
+        paged: The indices of the paged (KV) sub-pools; the others hold state slots.
     """
 
     def __init__(
@@ -56,14 +61,16 @@ class PoolRuntime:
         raw: torch.Tensor,
         device: torch.device,
         owners: dict[int, int],
-        lazy: bool = False,
+        paged: tuple[int, ...] = (),
     ):
         self.arena = arena
-        self.lazy = lazy
         self.device = device
         self.lock = threading.RLock()
         n = arena.num_pools()
         self.info = [arena.pool_info(i) for i in range(n)]
+        # Lazy pools flush; eager ones compact at once (their moves wait on forwards).
+        self.lazy = bool(self.info[0]["lazy"])
+        self.paged = paged
         table_device = torch.device("cpu") if device.type == "meta" else device
         self.tables = [DeviceTables(arena, i, table_device) for i in range(n)]
         self.poisoned: str | None = None
@@ -72,9 +79,11 @@ class PoolRuntime:
         self.forwards = Forwards()
         self.raw = raw
         self.cuda_index = device.index if device.type == "cuda" else -1
-        names = [i["name"] for i in self.info]
-        self._index = {name: i for i, name in enumerate(names)}
-        self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
+        self.names = tuple(i["name"] for i in self.info)
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self.frees = DeferredFrees(
+            list(self.names), [owners.get(i, i) for i in range(n)], self.live_mask
+        )
         # The tensor-parallel tap (ukv.distributed.tap), when one is set: a hook that
         # wraps the executor's ``run`` again whenever ``run`` is bound (see ``_bind_run``).
         self.tap: Any = None
@@ -198,6 +207,79 @@ class PoolRuntime:
                 f"bad call {what}: the pool's memory is released ({self.released}); call "
                 "resume_memory() first"
             )
+
+    # ----- lazy compaction and forwards in flight -----------------------------------------
+
+    def flush(self, urgent: bool) -> int:
+        """The body of :meth:`ukv.UnifiedKVPool.flush` (under the lock): retire completed
+        forwards, apply landed frees (all with ``urgent``), then lazy compaction."""
+        self.check_usable()
+        self.check_not_capturing("flush")
+        self.forwards.retire(self.arena)
+        if self.frees:
+            self.settle(wait=urgent)
+        if not self.lazy:
+            return 0
+        arena = self.arena
+        if urgent:
+            moves = int(arena.flush(True))
+            self.execute()
+            return moves
+        # KV pages: never one that an unretired forward writes (every write set must have
+        # landed to know which); state slots: none at all while a forward is unretired,
+        # since a forward updates its batch's states in place.
+        kv_blocked = self.forwards.hand_write_sets(arena, list(self.paged))
+        states_blocked = bool(self.forwards)
+        if not kv_blocked and not states_blocked:
+            moves = int(arena.flush(False))
+            self.execute()
+            return moves
+        moves = 0
+        for i in range(len(self.info)):
+            if kv_blocked if i in self.paged else states_blocked:
+                continue
+            moves += int(arena.flush_pool(i, False))
+            self.execute()
+        return moves
+
+    def report_forward(self, event: Any, out_cache_loc: torch.Tensor | None) -> None:
+        """The body of :meth:`ukv.UnifiedKVPool.set_inflight_forward`: check, then record
+        the forward (its write set only in lazy mode, the one that reads it)."""
+        if not hasattr(event, "query"):
+            raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
+        if out_cache_loc is not None:
+            check_out_cache_loc(out_cache_loc)
+        with self.lock:
+            self.check_usable()
+            self.check_resident("set_inflight_forward")
+            if not self.lazy:
+                # Eager pools hold no pages for a forward: retire what completed now, so
+                # an engine that never calls flush keeps no events (memory stays flat).
+                self.forwards.retire(self.arena)
+            # Write sets steer lazy flushes only: an eager pool stages no copy of them.
+            writes = None
+            if out_cache_loc is not None and self.lazy:
+                writes = self.forwards.landing(out_cache_loc, self.ring)
+            token = self.forwards.report(event, writes)
+            self.arena.set_latest_token(token)
+
+    def check_invariants(self) -> None:
+        """The core's invariants, and that device tables mirror the host ones (a read
+        back of the device tables: tests and debugging)."""
+        self.arena.check_invariants()
+        for i, tables in enumerate(self.tables):
+            if not tables.mirrored:
+                continue
+            host_v2p = torch.from_numpy(self.arena.v2p(i))
+            host_p2v = torch.from_numpy(self.arena.p2v(i))
+            for label, dev, host in (("v2p", tables.v2p, host_v2p), ("p2v", tables.p2v, host_p2v)):
+                diff = (dev.cpu() != host).nonzero()
+                if diff.numel():
+                    r = int(diff[0, 0])
+                    raise InvariantError(
+                        f"device {label} of {self.names[i]!r} row {r} = {int(dev[r])} but "
+                        f"host has {int(host[r])}"
+                    )
 
     # ----- giving the buffer's memory back -------------------------------------------------
 
@@ -436,6 +518,25 @@ class PoolRuntime:
                 res = op()
             out = self.execute(res is not None and want_ids and self.returns_ids, last)
         return res, out
+
+
+def check_out_cache_loc(out_cache_loc: object) -> None:
+    """Refuse a write set that is not a 1-D contiguous int32/int64 tensor of ids (checked
+    at report time, not at the next flush, which would then fail until it completes)."""
+    if not isinstance(out_cache_loc, torch.Tensor):
+        raise ArgumentError(
+            f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
+        )
+    if out_cache_loc.dtype not in (torch.int32, torch.int64) or out_cache_loc.dim() != 1:
+        raise ArgumentError(
+            f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
+            f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
+        )
+    if not out_cache_loc.is_contiguous() or out_cache_loc.device.type == "meta":
+        raise ArgumentError(
+            f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
+            f"{out_cache_loc.device} must be contiguous and hold ids"
+        )
 
 
 def _released_run(want_ids: bool = False, last: Any = None) -> Any:
