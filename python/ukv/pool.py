@@ -37,6 +37,7 @@ import logging
 import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -71,10 +72,24 @@ class UnifiedKVPool:
         bind: ``{non_owner: owner}``: sub-pools that hold no ids of their own and bind
             their owner's virtual ids (the SWA side of a full + SWA hybrid). Both must be
             paged with the same page size.
+        virtual_memory: How a ``cuda`` pool gets its buffer: ``None`` (default) maps it
+            through CUDA's virtual memory API where the driver supports it, so
+            :meth:`release_memory` keeps its address (:attr:`memory_release_keeps_address`),
+            and falls back to torch's allocator otherwise; ``True`` requires virtual
+            memory; ``False`` uses torch's allocator.
+        allocation_context: A zero-argument callable returning a context manager; the
+            buffer is allocated with torch inside it, so an engine's allocator owns the
+            memory (SGLang: ``lambda: memory_saver_adapter.region(GPU_MEMORY_TYPE_KV_CACHE)``).
+            The engine then gives that memory back and takes it again itself:
+            :meth:`release_memory` only prepares the pool and stops it touching the bytes
+            (the engine pauses its region after it), :meth:`resume_memory` is called once
+            the engine has resumed it. The pool never reallocates such a buffer.
 
     Raises:
         PoolConfigError: bad sizes, specs, directions, names, or a buffer too small to hold
-            the reserved floor plus one page per sub-pool.
+            the reserved floor plus one page per sub-pool; ``virtual_memory=True`` on a
+            device or driver without CUDA virtual memory, or with an ``allocation_context``;
+            an ``allocation_context`` that is not callable.
     """
 
     def __init__(
@@ -87,6 +102,8 @@ class UnifiedKVPool:
         lazy: bool = False,
         max_moves_per_flush: int = _core.DEFAULT_MAX_MOVES_PER_FLUSH,
         bind: Mapping[str, str] | None = None,
+        virtual_memory: bool | None = None,
+        allocation_context: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.total_bytes = _pool_args.positive("total_bytes", total_bytes)
         self.page_size = check_page_size(page_size)
@@ -110,13 +127,19 @@ class UnifiedKVPool:
             max_moves_per_flush=_pool_args.positive("max_moves_per_flush", max_moves_per_flush),
         )
         self.lazy = bool(lazy)
-        self.raw = memory.allocate(self.total_bytes, self.device)
+        buffer = memory.allocate(
+            self.total_bytes,
+            self.device,
+            virtual_memory=virtual_memory,
+            allocation_context=allocation_context,
+        )
+        self.raw = buffer.raw
         # The machinery every operation goes through (lock, plan execution, queued frees,
         # reported forwards); the allocators talk to it, never to the pool.
         names = [s.name for s in self._specs]
         owners = {names.index(name): owner for name, owner in self._owners.items()}
         paged = tuple(i for i, s in enumerate(self._specs) if s.is_paged)
-        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners, paged)
+        self._runtime = PoolRuntime(self._arena, buffer, self.device, owners, paged)
         rt = self._runtime
         # One lock per pool: an operation and the execution of its plan are one step, so a
         # second thread can never replace a plan before it has been executed.
@@ -445,18 +468,23 @@ class UnifiedKVPool:
 
     # ----- giving the buffer's memory back (memory saver) ------------------------------------
 
-    def release_memory(self, *, keep_contents: bool = False, force: bool = False) -> None:
+    def release_memory(
+        self, *, keep_contents: bool = False, force: bool = False, keep_address: bool = False
+    ) -> None:
         """Give the byte buffer's device memory back, keeping every table, id and size.
 
         What SGLang's memory saver does around weight updates (``enable_memory_saver``):
         the allocator state stays, the bytes go. It applies every queued free first
-        (waiting for the GPU if it must), waits once for the device, shrinks the buffer's
-        storage to nothing and returns the freed blocks to the driver
-        (``torch.cuda.empty_cache()``). Until :meth:`resume_memory`, calls that read,
-        write or move bytes (alloc, free, group boundaries, flush, clear, ``set_kv``,
-        host copies, the views) raise :class:`~ukv.errors.ArgumentError`; queries (sizes,
-        stats, translation, the tables) still answer. Views handed out before stay valid
-        objects and see the buffer again after the resume; do not touch them in between.
+        (waiting for the GPU if it must), waits once for the device, then gives the
+        memory back: a virtual-memory buffer unmaps and frees its physical memory and
+        keeps its address; a torch-allocated one shrinks its storage to nothing and
+        returns the blocks to the driver (``torch.cuda.empty_cache()``); an engine's
+        buffer (``allocation_context``) is left for the engine to pause. Until
+        :meth:`resume_memory`, calls that read, write or move bytes (alloc, free, group
+        boundaries, flush, clear, ``set_kv``, host copies, the views) raise
+        :class:`~ukv.errors.ArgumentError`; queries (sizes, stats, translation, the
+        tables) still answer. Views handed out before stay valid objects and see the
+        buffer again after the resume; do not touch them in between.
 
         Args:
             keep_contents: Copy the bytes to host memory first and put them back on
@@ -465,32 +493,49 @@ class UnifiedKVPool:
                 weight update; that is refused while any page is live, unless ``force``.
             force: Drop the contents even though pages are live (their ids stay live
                 and read zeros after the resume).
+            keep_address: Require the buffer to come back at the same address (CUDA
+                graphs and kernels captured before the release stay valid); refused
+                where it cannot (:attr:`memory_release_keeps_address` is False).
 
         Raises:
             ArgumentError: forwards reported in flight have not completed, the pool is
                 already released, it runs in a tensor-parallel mode, the current stream
                 is capturing a CUDA graph, ``keep_contents`` on a ``meta`` pool (no
-                bytes), or pages are live without ``keep_contents`` or ``force``. The
-                pool is unchanged then, but for queued frees: they are applied before
-                the live pages are counted (a free issued before counts).
+                bytes), ``keep_address`` where the address would move, or pages are
+                live without ``keep_contents`` or ``force``. The pool is unchanged then,
+                but for queued frees: they are applied before the live pages are counted
+                (a free issued before counts).
             PoolPoisonedError: the pool was poisoned.
         """
         with self._lock:
             self._store_fast.clear()  # their launches hold the buffer's address
             self._store_targets.clear()
-            self._runtime.release(bool(keep_contents), bool(force))
+            self._runtime.release(bool(keep_contents), bool(force), bool(keep_address))
         logger.info("ukv pool released its %d-byte buffer", self.total_bytes)
 
     def resume_memory(self) -> None:
         """Take the byte buffer's memory back after :meth:`release_memory`: the bytes as
-        they were (``keep_contents=True``) or zeros, every table and id as they were.
+        they were (``keep_contents=True``) or zeros, every table and id as they were (an
+        engine's buffer: call it after the engine has resumed its memory).
 
         Raises:
             ArgumentError: the pool's memory is not released.
+            torch.OutOfMemoryError: a torch-allocated buffer found no memory.
+            ukv.execution.vmm.DriverError: a virtual-memory buffer could not map memory
+                (``.code`` 2: out of memory).
+            In both failure cases the pool stays released; the call may be repeated.
         """
         with self._lock:
             self._runtime.resume()
         logger.info("ukv pool resumed its %d-byte buffer", self.total_bytes)
+
+    @property
+    def memory_release_keeps_address(self) -> bool:
+        """Whether :meth:`release_memory` / :meth:`resume_memory` keep the buffer's
+        address: a CUDA virtual-memory buffer, or an engine's (``allocation_context``).
+        False on the CPU, ``meta``, drivers without virtual memory management and with
+        ``virtual_memory=False``: the memory then comes back at a new address."""
+        return self._runtime.buffer.keeps_address
 
     @property
     def memory_released(self) -> bool:

@@ -38,6 +38,7 @@ from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
 from ukv.execution.forwards import Forwards
 from ukv.execution.frees import DeferredFrees
+from ukv.execution.memory import Buffer
 
 logger = logging.getLogger("ukv")
 
@@ -49,7 +50,7 @@ class PoolRuntime:
 
     Args:
         arena: The native arena (``ukv._core.Arena``).
-        raw: The pool's byte buffer.
+        buffer: The pool's byte buffer (:mod:`ukv.execution.memory`).
         device: The pool's device.
         owners: ``{sub-pool index: owner index}`` for sub-pools that bind another's ids.
         paged: The indices of the paged (KV) sub-pools; the others hold state slots.
@@ -58,7 +59,7 @@ class PoolRuntime:
     def __init__(
         self,
         arena: Any,
-        raw: torch.Tensor,
+        buffer: Buffer,
         device: torch.device,
         owners: dict[int, int],
         paged: tuple[int, ...] = (),
@@ -77,7 +78,8 @@ class PoolRuntime:
         # Continuations of a device last_loc that failed their check (on the tables' device).
         self.faults = FaultRecord(table_device)
         self.forwards = Forwards()
-        self.raw = raw
+        self.buffer = buffer
+        self.raw = buffer.raw
         self.cuda_index = device.index if device.type == "cuda" else -1
         self.names = tuple(i["name"] for i in self.info)
         self._index = {name: i for i, name in enumerate(self.names)}
@@ -283,9 +285,10 @@ class PoolRuntime:
 
     # ----- giving the buffer's memory back -------------------------------------------------
 
-    def release(self, keep_contents: bool, force: bool) -> None:
+    def release(self, keep_contents: bool, force: bool, keep_address: bool = False) -> None:
         """Give the byte buffer's memory back; tables and ids stay (see
-        :meth:`ukv.UnifiedKVPool.release_memory`)."""
+        :meth:`ukv.UnifiedKVPool.release_memory`). Every refusal comes before anything
+        changes, but for queued frees, applied before the live pages are counted."""
         self.check_usable()
         self.check_not_capturing("release_memory")
         if self.tap is not None:
@@ -296,6 +299,11 @@ class PoolRuntime:
         if keep_contents and self.device.type == "meta":
             raise ArgumentError(
                 "bad argument keep_contents = True: a meta pool holds no bytes to keep"
+            )
+        if keep_address and not self.buffer.keeps_address:
+            raise ArgumentError(
+                f"bad argument keep_address = True: this pool's buffer would move "
+                f"({self.buffer.why_moves})"
             )
         self.forwards.retire(self.arena)
         if self.forwards:
@@ -310,12 +318,11 @@ class PoolRuntime:
             with torch.cuda.device(self.cuda_index):
                 torch.cuda.synchronize()  # no kernel may still read or write the buffer
         self._backup = self.raw.to("cpu", copy=True) if keep_contents else None
-        self.raw.untyped_storage().resize_(0)
-        self.executor = None  # type: ignore[assignment]
-        self.ring = None
-        if self.cuda_index >= 0:
-            with torch.cuda.device(self.cuda_index):
-                torch.cuda.empty_cache()  # back to the driver, not only to torch's cache
+        self.buffer.release()
+        if not self.buffer.keeps_address:
+            # Its launches and NumPy rows hold the old address: a new one comes at resume.
+            self.executor = None  # type: ignore[assignment]
+            self.ring = None
         self.released = "contents kept on the host" if keep_contents else "contents dropped"
         self._bind_run()
 
@@ -335,17 +342,21 @@ class PoolRuntime:
 
     def resume(self) -> None:
         """Take the buffer's memory back: its bytes as they were (``keep_contents``) or
-        zeros; a new executor for the new address."""
+        zeros; a new executor if the address changed. A failure to get the memory back
+        leaves the pool released (the call may be repeated)."""
         if self.released is None:
             raise ArgumentError("bad call resume_memory: the pool's memory is not released")
-        self.raw.untyped_storage().resize_(self.raw.numel())
+        self.buffer.resume()
         if self._backup is not None:
             self.raw.copy_(self._backup)
             self._backup = None
         elif self.raw.device.type != "meta":
             self.raw.zero_()
         self.released = None
-        self._build_executor()
+        if self.executor is None:
+            self._build_executor()
+        else:
+            self._bind_run()
 
     def ids_out(self, ids: np.ndarray) -> torch.Tensor:
         """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
