@@ -407,8 +407,15 @@ class UnifiedKVPool:
         tokens ``out_cache_loc`` of every KV sub-pool. Ids on the GPU are copied to the
         host asynchronously (never waited for); host ids are copied now, so the caller may
         reuse its tensor at once. Until the event completes, a non-urgent flush moves no
-        page of any unretired forward's ``out_cache_loc`` and no state slot. Completed
-        forwards are retired by ``flush`` (in both modes) and ``retire_completed``."""
+        page of any unretired forward's ``out_cache_loc`` and no state slot; in an eager
+        pool (which keeps no write set) every plan that moves pages waits on it first.
+        Completed forwards are retired by ``flush`` (in both modes), ``retire_completed``
+        and, in an eager pool, the next report.
+
+        Raises:
+            ArgumentError: ``event`` has no ``query()``, ``out_cache_loc`` is not a 1-D
+                contiguous int32/int64 tensor of ids, or the memory is released.
+        """
         self._runtime.report_forward(event, out_cache_loc)
 
     def add_move_listener(
