@@ -25,10 +25,9 @@ boundary, flush, clear, ``sync_frees``) by any thread; queries (sizes, ``stats``
 bytes while other threads allocate and free holds :attr:`UnifiedKVPool.lock` across both.
 
 This module is the pool's public API only. The machinery behind it lives in
-:mod:`ukv.execution` (the runtime every allocator goes through: plan execution, flushes,
-queued frees, reported forwards, memory release; the byte buffer in
-:mod:`ukv.execution.memory`), host copies in :mod:`ukv.host_copy`, the constructor's
-argument checks in :mod:`ukv._pool_args`, the counters in :mod:`ukv.stats`.
+:mod:`ukv.execution` (the runtime: plan execution, flushes, queued frees, forwards, memory
+release; the buffer in :mod:`ukv.execution.memory`), :mod:`ukv.host_copy`,
+:mod:`ukv._pool_args` (constructor checks) and :mod:`ukv.stats`.
 """
 
 from __future__ import annotations
@@ -77,13 +76,11 @@ class UnifiedKVPool:
             :meth:`release_memory` keeps its address (:attr:`memory_release_keeps_address`),
             and falls back to torch's allocator otherwise; ``True`` requires virtual
             memory; ``False`` uses torch's allocator.
-        allocation_context: A zero-argument callable returning a context manager; the
-            buffer is allocated with torch inside it, so an engine's allocator owns the
-            memory (SGLang: ``lambda: memory_saver_adapter.region(GPU_MEMORY_TYPE_KV_CACHE)``).
-            The engine then gives that memory back and takes it again itself:
-            :meth:`release_memory` only prepares the pool and stops it touching the bytes
-            (the engine pauses its region after it), :meth:`resume_memory` is called once
-            the engine has resumed it. The pool never reallocates such a buffer.
+        allocation_context: A zero-argument callable returning a context manager the
+            buffer is allocated in, so an engine's allocator owns the memory (SGLang:
+            ``lambda: memory_saver_adapter.region(GPU_MEMORY_TYPE_KV_CACHE)``) and the
+            engine pauses it after :meth:`release_memory` and resumes it before
+            :meth:`resume_memory`; the pool never frees or reallocates it.
 
     Raises:
         PoolConfigError: bad sizes, specs, directions, names, or a buffer too small to hold
@@ -480,18 +477,16 @@ class UnifiedKVPool:
     ) -> None:
         """Give the byte buffer's device memory back, keeping every table, id and size.
 
-        What SGLang's memory saver does around weight updates (``enable_memory_saver``):
-        the allocator state stays, the bytes go. It applies every queued free first
-        (waiting for the GPU if it must), waits once for the device, then gives the
-        memory back: a virtual-memory buffer unmaps and frees its physical memory and
-        keeps its address; a torch-allocated one shrinks its storage to nothing and
-        returns the blocks to the driver (``torch.cuda.empty_cache()``); an engine's
-        buffer (``allocation_context``) is left for the engine to pause. Until
-        :meth:`resume_memory`, calls that read, write or move bytes (alloc, free, group
-        boundaries, flush, clear, ``set_kv``, host copies, the views) raise
-        :class:`~ukv.errors.ArgumentError`; queries (sizes, stats, translation, the
-        tables) still answer. Views handed out before stay valid objects and see the
-        buffer again after the resume; do not touch them in between.
+        SGLang's memory saver around weight updates: the allocator state stays, the
+        bytes go. It applies every queued free (waiting for the GPU if it must), waits
+        for the device, then gives the memory back: a CUDA virtual-memory buffer frees
+        its physical memory and keeps its address; a torch-allocated one shrinks its
+        storage (and empties torch's cache); an engine's (``allocation_context``) is
+        left for the engine to pause. Until :meth:`resume_memory`, calls that read,
+        write or move bytes (alloc, free, group boundaries, flush, clear, ``set_kv``,
+        host copies, views) raise :class:`~ukv.errors.ArgumentError`; queries answer.
+        Views handed out before see the buffer again after the resume; do not touch
+        them in between (docs/DESIGN.md, "Giving the buffer's memory back").
 
         Args:
             keep_contents: Copy the bytes to host memory first and put them back on
