@@ -258,7 +258,8 @@ class FollowerPool:
         self, name: str, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> None:
         """Store K/V rows at physical ids (as ``UnifiedKVPool.set_kv``)."""
-        self.check_usable()
+        if self.poisoned is not None:
+            self.check_usable()
         targets = self._store.get(name)
         if targets is None:
             spec = self.spec(name)
