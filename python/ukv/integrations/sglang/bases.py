@@ -36,6 +36,11 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "MHATokenToKVPool": ("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool"),
     "MambaPool": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
     "KVWriteLoc": ("sglang.srt.mem_cache.memory_pool", "KVWriteLoc"),
+    "TorchMemorySaverAdapter": (
+        "sglang.srt.utils.torch_memory_saver_adapter",
+        "TorchMemorySaverAdapter",
+    ),
+    "GPU_MEMORY_TYPE_KV_CACHE": ("sglang.srt.constants", "GPU_MEMORY_TYPE_KV_CACHE"),
 }
 
 
@@ -292,6 +297,22 @@ class _HybridLinearKVPool(_KVCache):
         self.full_kv_pool.move_kv_cache(tgt_loc, src_loc)
 
 
+class _TorchMemorySaverAdapter:
+    """Stand-in for SGLang's memory-saver adapter: without SGLang (and its
+    ``torch_memory_saver``) there is no region to allocate in."""
+
+    @staticmethod
+    def create(enable: bool) -> Any:
+        if enable:
+            from ukv.integrations.sglang.errors import SGLangNotImplementedError
+
+            raise SGLangNotImplementedError(
+                "enable_memory_saver=True needs SGLang's TorchMemorySaverAdapter (SGLang and "
+                "torch_memory_saver installed): the drop-in allocates its buffer in that region"
+            )
+        return None
+
+
 _STAND_INS: dict[str, Any] = {
     "BaseTokenToKVPoolAllocator": _BaseTokenToKVPoolAllocator,
     "SWATokenToKVPoolAllocator": _SWATokenToKVPoolAllocator,
@@ -302,6 +323,8 @@ _STAND_INS: dict[str, Any] = {
     "MHATokenToKVPool": _MHATokenToKVPool,
     "MambaPool": _MambaPool,
     "KVWriteLoc": _KVWriteLoc,
+    "TorchMemorySaverAdapter": _TorchMemorySaverAdapter,
+    "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache",
 }
 
 _sglang = _load_sglang()

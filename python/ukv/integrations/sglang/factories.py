@@ -17,7 +17,7 @@ from ukv.integrations.sglang.composites import (
     UnifiedMambaTokenToKVPoolAllocator,
     UnifiedSWATokenToKVPoolAllocator,
 )
-from ukv.integrations.sglang.errors import SGLangConfigError, SGLangNotImplementedError
+from ukv.integrations.sglang.errors import SGLangConfigError
 from ukv.integrations.sglang.kvcache import UnifiedMHATokenToKVPool, UnifiedSWAKVPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
 from ukv.integrations.sglang.requests import UnifiedHybridReqToTokenPool, UnifiedMambaSlotAllocator
@@ -55,7 +55,10 @@ def _store_dtype_for(kv_cache_dtype: torch.dtype) -> torch.dtype:
 
 
 def _pool_holding(
-    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]], device: str, page_size: int
+    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]],
+    device: str,
+    page_size: int,
+    enable_memory_saver: bool,
 ) -> UnifiedKVPool:
     """A drop-in pool whose buffer holds every side's static budget at once, as SGLang
     sizes it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of
@@ -70,14 +73,8 @@ def _pool_holding(
         total_bytes=budget + reserved_floor(specs, page_size) + slack,
         sub_pool_specs=[s for s, _ in sides],
         device=device,
-        enable_memory_saver=False,
+        enable_memory_saver=enable_memory_saver,
         page_size=page_size,
-    )
-
-
-def _refuse(flag: str, value: Any) -> None:
-    raise SGLangNotImplementedError(
-        f"{flag} = {value!r} is not implemented by the ukv drop-in yet (docs/SGLANG.md)"
     )
 
 
@@ -116,14 +113,12 @@ def init_unified_mamba_pools(
 
     Raises:
         SGLangConfigError: ``use_mla_backend`` or a bad page size / sizes.
-        SGLangNotImplementedError: ``enable_memory_saver`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` without SGLang's adapter.
     """
     if use_mla_backend:
         raise SGLangConfigError(
             "use_mla_backend = True: the unified pool has no MLA-hybrid-Mamba yet"
         )
-    if enable_memory_saver:
-        _refuse("enable_memory_saver", enable_memory_saver)
     del mamba_full_memory_ratio, end_layer  # the ratio sizes SGLang's budget only
     full_spec = MHASubPoolSpec(
         name="full",
@@ -145,7 +140,10 @@ def init_unified_mamba_pools(
         grow_direction="up",
     )
     pool = _pool_holding(
-        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)], device, page_size
+        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)],
+        device,
+        page_size,
+        enable_memory_saver,
     )
     req_pool = UnifiedHybridReqToTokenPool(
         unified_buffer=pool,
@@ -154,7 +152,7 @@ def init_unified_mamba_pools(
         mamba_spec_state_size=max_num_reqs,
         max_context_len=model_context_len + extra_max_context_len,
         device=device,
-        enable_memory_saver=False,
+        enable_memory_saver=enable_memory_saver,
         cache_params=mamba2_cache_params,
         mamba_layer_ids=mamba_layer_ids,
         enable_mamba_extra_buffer=enable_mamba_extra_buffer,
@@ -174,7 +172,7 @@ def init_unified_mamba_pools(
         full_attention_layer_ids=[0] if is_draft_worker else list(full_attention_layer_ids),
         device=device,
         mamba_pool=req_pool.mamba_pool,
-        enable_memory_saver=False,
+        enable_memory_saver=enable_memory_saver,
         use_mla=False,
         start_layer=start_layer,
         full_kv_pool=full_kv,
@@ -222,15 +220,13 @@ def init_unified_swa_pools(
 
     Raises:
         SGLangConfigError: no full or no SWA layers, or bad sizes.
-        SGLangNotImplementedError: ``enable_memory_saver`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` without SGLang's adapter.
     """
     if not full_attention_layer_ids or not swa_attention_layer_ids:
         raise SGLangConfigError(
             f"SWA hybrid needs both kinds of layers; got {len(full_attention_layer_ids)} full "
             f"and {len(swa_attention_layer_ids)} SWA"
         )
-    if enable_memory_saver:
-        _refuse("enable_memory_saver", enable_memory_saver)
     store = _store_dtype_for(kv_cache_dtype)
     full_spec = MHASubPoolSpec(
         name="full",
@@ -256,6 +252,7 @@ def init_unified_swa_pools(
         [(full_spec, full_max_total_num_tokens), (swa_spec, swa_max_total_num_tokens)],
         device,
         page_size,
+        enable_memory_saver,
     )
     token_pool = UnifiedSWAKVPool(
         unified_buffer=pool,

@@ -10,6 +10,7 @@ scaling and checks).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -272,7 +273,8 @@ class UnifiedMambaPool(_MambaBase):
         spec_state_size: Rows of the speculative scratch, less one (SGLang passes its
             request-table size: the verify kernels index the scratch by batch row).
         mamba_layer_ids: Model layer ids of the state layers, in order.
-        enable_memory_saver: Must be False.
+        enable_memory_saver: Accepted: the pool's memory saver (the unified buffer's
+            region) covers the speculative scratch too.
         speculative_num_draft_tokens: Draft tokens per verify step; with it, the state
             is SGLang's ``SpeculativeState``: the per-draft scratch
             (``intermediate_ssm``, ``intermediate_conv_window``) is a buffer of its own
@@ -289,17 +291,13 @@ class UnifiedMambaPool(_MambaBase):
         enable_memory_saver: bool = False,
         speculative_num_draft_tokens: int | None = None,
     ) -> None:
-        from ukv.integrations.sglang.errors import SGLangConfigError, SGLangNotImplementedError
+        from ukv.integrations.sglang.errors import SGLangConfigError
 
         spec = unified_buffer.mamba_spec(sub_pool_name)
         if spec.layer_num != len(mamba_layer_ids):
             raise SGLangConfigError(
                 f"mamba_layer_ids has {len(mamba_layer_ids)} layers, spec "
                 f"{sub_pool_name!r} has {spec.layer_num}"
-            )
-        if enable_memory_saver:
-            raise SGLangNotImplementedError(
-                "enable_memory_saver=True is not implemented by the ukv drop-in yet"
             )
         self._unified_buffer = unified_buffer
         self._sub_pool_name = sub_pool_name
@@ -314,11 +312,13 @@ class UnifiedMambaPool(_MambaBase):
         self.replayssm_write_pos = None
         self.replayssm_cache_base = None
         self.mem_usage = unified_buffer.total_bytes / (1 << 30)
-        self._scratch = (
-            None
-            if speculative_num_draft_tokens is None
-            else _draft_scratch(spec, spec_state_size, speculative_num_draft_tokens, self.device)
-        )
+        self._scratch = None
+        if speculative_num_draft_tokens is not None:
+            region = unified_buffer.allocation_context()  # the memory saver's, if on
+            with region() if region is not None else contextlib.nullcontext():
+                self._scratch = _draft_scratch(
+                    spec, spec_state_size, speculative_num_draft_tokens, self.device
+                )
 
     @property
     def mamba_cache(self) -> Any:
@@ -391,7 +391,7 @@ class UnifiedSWAKVPool(_SWABase):
         full_attention_layer_ids: Model layer ids of the full-attention layers.
         page_size, start_layer, end_layer: As :class:`UnifiedMHATokenToKVPool` (the
             page size is the pool's, fixed by its allocators).
-        enable_memory_saver: Must be False.
+        enable_memory_saver: Accepted (the unified buffer's own setting governs).
     """
 
     def __init__(

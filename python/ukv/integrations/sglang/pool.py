@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from ukv.hybrid.swa import SWAHybridAllocator
+from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.errors import (
     SGLangArgumentError,
     SGLangConfigError,
-    SGLangNotImplementedError,
     translated,
 )
 from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
@@ -99,14 +99,21 @@ class UnifiedKVPool:
         total_bytes: Size of the buffer.
         sub_pool_specs: Exactly two specs, one ``grow_direction="up"`` and one ``"down"``.
         device: ``"cuda"``, ``"cpu"`` or ``"meta"``.
-        enable_memory_saver: Must be False (not implemented yet; raises otherwise).
+        enable_memory_saver: Allocate the byte buffer inside SGLang's memory-saver
+            region for KV cache (``TorchMemorySaverAdapter``, tag
+            ``GPU_MEMORY_TYPE_KV_CACHE``), as SGLang's own pools do: SGLang's
+            ``release_memory_occupation`` / ``resume_memory_occupation`` then pause and
+            resume it and its virtual address stays, so CUDA graphs captured before stay
+            valid. Needs SGLang's adapter and ``torch_memory_saver``, as SGLang does.
         page_size: Page size of the KV sub-pools unless an allocator fixes another one
             before the geometry is first read.
 
     Raises:
         SGLangConfigError: what SGLang asserts (page size, two specs, unique names, one
             of each direction) and a buffer too small for its floor plus a page each.
-        SGLangNotImplementedError: ``enable_memory_saver=True``.
+        SGLangNotImplementedError: ``enable_memory_saver=True`` without SGLang's adapter.
+        ImportError: ``enable_memory_saver=True`` without ``torch_memory_saver`` (raised by
+            SGLang's adapter, as for SGLang's own pools).
     """
 
     def __init__(
@@ -137,17 +144,18 @@ class UnifiedKVPool:
             raise SGLangConfigError(
                 f"UnifiedKVPool needs one grow-up and one grow-down sub-pool; got {directions}"
             )
-        if enable_memory_saver:
-            raise SGLangNotImplementedError(
-                "enable_memory_saver=True is not implemented by the ukv drop-in yet "
-                "(docs/SGLANG.md): build the pool with enable_memory_saver=False"
-            )
         if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
             raise SGLangConfigError(f"total_bytes must be a positive int; got {total_bytes!r}")
         self.total_bytes = total_bytes
         self.sub_pool_specs = specs
         self.device = device
-        self.enable_memory_saver = False
+        self.enable_memory_saver = bool(enable_memory_saver)
+        # SGLang's adapter (None without the memory saver): the buffer's allocation region.
+        self.memory_saver_adapter = (
+            bases.names["TorchMemorySaverAdapter"].create(enable=True)
+            if self.enable_memory_saver
+            else None
+        )
         self._requested_page_size = page_size
         self._specs_by_name = {s.name: s for s in specs}
         self._claims: dict[str, _Claim] = {}
@@ -259,6 +267,7 @@ class UnifiedKVPool:
                 lazy=lazy,
                 max_moves_per_flush=self._max_moves,
                 bind=bind or None,
+                allocation_context=self.allocation_context(),
             )
         if bind:
             ((swa, full),) = bind.items()
@@ -266,6 +275,15 @@ class UnifiedKVPool:
         pool.add_move_listener(self._on_moves)
         self._pool = pool
         return pool
+
+    def allocation_context(self) -> Any:
+        """What allocates memory SGLang's memory saver pauses and resumes (None without
+        it): a context factory over SGLang's KV-cache region."""
+        adapter = self.memory_saver_adapter
+        if adapter is None:
+            return None
+        tag = bases.names["GPU_MEMORY_TYPE_KV_CACHE"]
+        return lambda: adapter.region(tag)
 
     def report_moves_to(self, name: str, allocator: Any) -> None:
         """Hand every relocation of sub-pool ``name`` to ``allocator._report_moves``."""
