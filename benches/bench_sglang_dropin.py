@@ -268,6 +268,9 @@ def run_shape(args: argparse.Namespace, trace: Any, lc: Any, sides: Sides, shape
                     )
                 },
                 "phases_per_step": pool,
+                # The bench's own work launches kernels every step: none at all means
+                # the profiler recorded no device activity (CUPTI), not a pool without any.
+                "device_activity_seen": any(v["kernels"] or v["memcpys"] for v in c.values()),
                 "outside_per_step": c.get(lc.OUTSIDE),
                 "unattributed_per_step": c.get(lc.UNATTRIBUTED),
             }
@@ -395,19 +398,24 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], trace: Any) -> st
         head = f"| {r['hybrid']} | {r['batch']} | {r['page_size']} | {r['compaction']} | "
         if "error" in r or "skipped" in r:
             what = (r.get("error") or r["skipped"]).replace("|", "\\|").replace("\n", " ")[:300]
-            lines.append(head + f"{r.get('forward', '—')} | " + " | ".join([what] + ["—"] * 7))
+            cells = " | ".join([what] + ["—"] * 7)
+            lines.append(head + f"{r.get('forward', '—')} | {cells} |")
             continue
         s, d = r["sglang"], r["dropin"]
         ks, kd = s["per_step"][kern], d["per_step"][kern]
         kratio = f"{ks / kd:.1f}x" if kd else "—"
+        ps, pd = s["per_step"], d["per_step"]
+        counted = (
+            f"{_n(ks)} ({_n(ps['triton'])}) | {_n(kd)} ({_n(pd['triton'])}) | {kratio} | "
+            f"{_n(ps['syncs'])} / {_n(ps['memcpys'])}, {_n(pd['syncs'])} / {_n(pd['memcpys'])}"
+        )
+        if cuda and not (s["device_activity_seen"] and d["device_activity_seen"]):
+            counted = " | ".join(["— (the profiler recorded no device activity)"] + ["—"] * 3)
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "—"
         goal = {True: "met", False: "**not met**", None: "— (CPU smoke)"}[r["goal_met"]]
-        ps, pd = s["per_step"], d["per_step"]
         lines.append(
             head + f"{r['forward']} | {_us(s['us_per_step'])} | {_us(d['us_per_step'])} | "
-            f"{ratio} | {_n(ks)} ({_n(ps['triton'])}) | {_n(kd)} ({_n(pd['triton'])}) | "
-            f"{kratio} | {_n(ps['syncs'])} / {_n(ps['memcpys'])}, "
-            f"{_n(pd['syncs'])} / {_n(pd['memcpys'])} | {goal} |"
+            f"{ratio} | {counted} | {goal} |"
         )
     lines += [
         "",
@@ -448,7 +456,13 @@ def _notes(rows: list[dict[str, Any]], cuda: bool) -> list[str]:
                     f"{r['forward']}, {SIDE_NAMES[side]}: {un['kernels']:.1f} kernels and "
                     f"{un['memcpys']:.1f} memcpys per step could not be attributed"
                 )
-            if cuda and x["per_step"]["launch_calls"] != x["per_step"]["kernels"]:
+            if cuda and not x["device_activity_seen"]:
+                notes.append(
+                    f"{r['hybrid']} {r['batch']} ps{r['page_size']} {r['compaction']} "
+                    f"{r['forward']}, {SIDE_NAMES[side]}: the profiler recorded no device "
+                    "activity at all (CUPTI unavailable?): no launch counts"
+                )
+            elif cuda and x["per_step"]["launch_calls"] != x["per_step"]["kernels"]:
                 notes.append(
                     f"{r['hybrid']} {r['batch']} ps{r['page_size']} {r['compaction']} "
                     f"{r['forward']}, {SIDE_NAMES[side]}: {x['per_step']['launch_calls']:.1f} "
