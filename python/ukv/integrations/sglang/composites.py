@@ -38,6 +38,10 @@ class _PairMixin:
 
     unified_buffer: UnifiedKVPool
     full_attn_allocator: MultiEndedAllocator
+    #: The sides' allocator class, and the SWA side's (SGLang 0.5.23's drop-in names
+    #: its own: ``v0523.allocator``).
+    _side_cls: Any = MultiEndedAllocator
+    _swa_side_cls: Any = MultiEndedAllocator
 
     def _sides(self) -> tuple[MultiEndedAllocator, MultiEndedAllocator]:
         raise NotImplementedError
@@ -113,7 +117,7 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
         self.device = device
         self.need_sort = need_sort
         self.dtype = unified_buffer.mha_spec("full").store_dtype
-        self.full_attn_allocator = MultiEndedAllocator(
+        self.full_attn_allocator = self._side_cls(
             kvcache=kvcache.full_kv_pool,
             unified_buffer=unified_buffer,
             sub_pool_name="full",
@@ -124,7 +128,7 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
             forward_stream=forward_stream,
             lazy_compaction=lazy_compaction,
         )
-        self.mamba_allocator = MultiEndedAllocator(
+        self.mamba_allocator = self._side_cls(
             kvcache=kvcache.mamba_pool,
             unified_buffer=unified_buffer,
             sub_pool_name="mamba",
@@ -292,7 +296,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         self.device = device
         self.need_sort = need_sort
         self.dtype = unified_buffer.mha_spec("full").store_dtype
-        self.full_attn_allocator = MultiEndedAllocator(
+        self.full_attn_allocator = self._side_cls(
             kvcache=kvcache.full_kv_pool,
             unified_buffer=unified_buffer,
             sub_pool_name="full",
@@ -303,7 +307,7 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
             forward_stream=forward_stream,
             lazy_compaction=lazy_compaction,
         )
-        self.swa_attn_allocator = MultiEndedAllocator(
+        self.swa_attn_allocator = self._swa_side_cls(
             kvcache=kvcache.swa_kv_pool,
             unified_buffer=unified_buffer,
             sub_pool_name="swa",
