@@ -214,6 +214,31 @@ class _MambaDonor:
         state allocation needs its bytes)."""
         self.flush_deferred_full_frees()
 
+    def _state_pool(self) -> Any:
+        raise NotImplementedError
+
+    def _copy_state(self, mamba_indices: Any) -> Any:
+        """Host copy of a request's state slot (SGLang passes it 0-d), or None."""
+        if mamba_indices is None:
+            return None
+        slots = v16._slot_ids(mamba_indices).to(torch.int64)
+        return self._state_pool().get_cpu_copy(self.mamba_allocator.translate_kv_loc(slots))
+
+    def _load_state(self, states: Any, mamba_indices: Any) -> None:
+        """Write :meth:`_copy_state`'s copy back at the request's (new) slot.
+
+        Raises:
+            SGLangArgumentError: a state copy without ``mamba_indices`` or the reverse
+                (before anything is written).
+        """
+        if (states is None) != (mamba_indices is None):
+            raise SGLangArgumentError(
+                "load_cpu_copy: the copy and mamba_indices disagree on a state (nothing written)"
+            )
+        if states is not None:
+            slots = v16._slot_ids(mamba_indices).to(torch.int64)
+            self._state_pool().load_cpu_copy(states, self.mamba_allocator.translate_kv_loc(slots))
+
 
 class UnifiedMambaTokenToKVPoolAllocator(
     _MambaDonor, _V23Surface, v16.UnifiedMambaTokenToKVPoolAllocator
@@ -261,17 +286,17 @@ class UnifiedMambaTokenToKVPoolAllocator(
 
     # ----- retraction (virtual ids; the copy format is the drop-in's own) ---------------------
 
+    def _state_pool(self) -> Any:
+        return self._kvcache.mamba_pool
+
     def get_cpu_copy(
         self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
     ) -> Any:
         """Host copies of these **virtual** tokens and (optionally) state slots."""
-        kv = self._kvcache.full_kv_pool.get_cpu_copy(self.translate_kv_loc(indices.to(torch.int64)))
-        states = None
-        if mamba_indices is not None:
-            slots = v16._slot_ids(mamba_indices)
-            phys = self.mamba_allocator.translate_kv_loc(slots.to(torch.int64))
-            states = self._kvcache.mamba_pool.get_cpu_copy(phys)
-        return kv, states
+        full = self._kvcache.full_kv_pool
+        return full.get_cpu_copy(self.translate_kv_loc(indices.to(torch.int64))), self._copy_state(
+            mamba_indices
+        )
 
     def load_cpu_copy(
         self,
@@ -280,22 +305,10 @@ class UnifiedMambaTokenToKVPoolAllocator(
         mamba_indices: Any = None,
         req_pool_index: Any = None,
     ) -> None:
-        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slots.
-
-        Raises:
-            SGLangArgumentError: a state copy without ``mamba_indices`` or the reverse.
-        """
+        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slots."""
         kv, states = kv_cache_cpu
-        if (states is None) != (mamba_indices is None):
-            raise SGLangArgumentError(
-                "load_cpu_copy: the copy and mamba_indices disagree on a state (nothing written)"
-            )
+        self._load_state(states, mamba_indices)
         self._kvcache.full_kv_pool.load_cpu_copy(kv, self.translate_kv_loc(indices.to(torch.int64)))
-        if states is not None:
-            slots = v16._slot_ids(mamba_indices).to(torch.int64)
-            self._kvcache.mamba_pool.load_cpu_copy(
-                states, self.mamba_allocator.translate_kv_loc(slots)
-            )
 
 
 class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator):
@@ -469,6 +482,37 @@ class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator)
         return self._zero_new_pages(out)
 
     # ----- frees ------------------------------------------------------------------------------
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        """Release the SWA side of tokens that left the window; tokens whose SWA side is
+        already gone are skipped, as SGLang 0.5.23 skips them (its radix cache frees a
+        node's full side through ``full_attn_allocator`` first, which in ukv releases
+        both sides). Inside a free group the SWA frees wait for the group's end and then
+        skip what the group's full frees released."""
+        if free_index is None or free_index.numel() == 0:
+            return
+        if self.free_group is not None:
+            self._swa_group.append(free_index.detach().clone())
+            return
+        v2p = self.swa_attn_allocator.virtual_to_physical
+        ids = free_index.detach().to(torch.int64)
+        bound = (v2p[(ids // self.page_size).to(v2p.device)] > 0).to(ids.device)
+        live = ids[bound]
+        if live.numel():
+            super().free_swa(live)
+
+    def free_group_begin(self) -> None:
+        """Queue frees until :meth:`free_group_end`."""
+        super().free_group_begin()
+        self._swa_group: list[torch.Tensor] = []
+
+    def free_group_end(self) -> None:
+        """Apply the group's frees in one plan, then its SWA frees of tokens the group
+        did not release whole."""
+        super().free_group_end()
+        pending, self._swa_group = self._swa_group, []
+        if pending:
+            self.free_swa(torch.cat(pending))
 
     def free_full(self, free_index: torch.Tensor) -> None:
         """Release the full side (and the id) of tokens whose SWA side is released."""
@@ -802,6 +846,9 @@ class UnifiedMambaSWATokenToKVPoolAllocator(_MambaDonor, UnifiedSWAAllocatorBase
         self.free_pages = None  # type: ignore[assignment]
         self.release_pages = None  # type: ignore[assignment]
         self._shortage: MambaHybridAllocator | None = None
+        # Retraction copies the state here (translated), not through the state pool with
+        # the request's virtual slot id (SGLang's Req would otherwise do that).
+        self._kvcache.cpu_copy_carries_mamba = True
 
     def _build_more_sides(self, *, device: str, need_sort: bool, forward_stream: Any) -> None:
         self.mamba_allocator = self._side_cls(
@@ -844,6 +891,28 @@ class UnifiedMambaSWATokenToKVPoolAllocator(_MambaDonor, UnifiedSWAAllocatorBase
         need += _pages(swa_tokens, self.page_size) * sa.entry_bytes_per_page
         tree_cache.evict_for_alloc(EvictParams(mamba_num=-(-need // ma.entry_bytes_per_page)))
         return self.ensure_capacity(full_tokens, swa_tokens)
+
+    def _state_pool(self) -> Any:
+        return self._mamba_kvcache
+
+    def get_cpu_copy(
+        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
+    ) -> Any:
+        """Host copies of both K/V sides of these **virtual** tokens and, optionally, of
+        the request's state slot (translated to its physical slot)."""
+        return self._kvcache.get_cpu_copy(indices), self._copy_state(mamba_indices)
+
+    def load_cpu_copy(
+        self,
+        kv_cache_cpu: Any,
+        indices: torch.Tensor,
+        mamba_indices: Any = None,
+        req_pool_index: Any = None,
+    ) -> None:
+        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slot."""
+        kv, states = kv_cache_cpu
+        self._load_state(states, mamba_indices)
+        self._kvcache.load_cpu_copy(kv, indices)
 
     def mamba_slot_full_token_cost(self) -> int:
         """Tokens (a full and an SWA entry each) of bytes one state slot takes."""
