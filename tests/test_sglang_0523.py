@@ -237,6 +237,35 @@ SCENARIOS = textwrap.dedent(
                                                  full_evictable_tokens=cache.full_evictable_size(),
                                                  swa_evictable_tokens=cache.swa_evictable_size()))
 
+    def budget(ps, lazy):
+        # SGLang's admission over the allocator: the shared-envelope prefill budget,
+        # decode capacity with eviction, generation clipping, preallocation pricing
+        scn = f"budget-ps{ps}-{'lazy' if lazy else 'eager'}"
+        a, cache = fx.build_swa_cache(occupancy=60, lazy=lazy, page_size=ps, window=16 * ps)
+        a.free_swa(a.alloc(8 * ps))  # tokens outside the window too
+        b = a.create_prefill_budget(cache)
+        rec(scn, "budget", [type(b).__name__, b.remaining_total, b.has_capacity()])
+        for ext, new in ((10, 10), (40, 200), (90, 50), (300, 10)):
+            ext, new = ext * ps, new * ps
+            rec(scn, f"check_prefill.{ext}.{new}", list(b.check_prefill(
+                extend_input_len=ext, total_tokens=ext + new, max_new_tokens=new,
+                input_tokens=ext, swa_host_hit_length=0, chunk_limit=32 * ps)))
+            rec(scn, f"can_allocate_prefill.{ext}.{new}", b.can_allocate_prefill(
+                paged_input=ext, extend_input_len=ext, max_new_tokens=new, chunk_limit=None))
+            rec(scn, f"fit_chunk.{ext}.{new}", b.fit_chunk(
+                extend_input_len=ext, max_new_tokens=new, chunk_limit=32 * ps))
+        rec(scn, "max_new_tokens", [a.max_new_tokens_for_memory(
+            n * ps, 1000 * ps, token_capacity=100 * ps, sliding_window_size=16 * ps,
+            chunk_size=None) for n in (10, 60, 99, 120)])
+        rec(scn, "reclaim_plan", [a.reclaim_plan(f * ps, w * ps,
+            full_evictable_tokens=cache.full_evictable_size(),
+            swa_evictable_tokens=cache.swa_evictable_size()) for f, w in ((30, 30), (60, 8), (90, 90))])
+        rec(scn, "prealloc_fits", [a.prealloc_fits(cache, f * ps, w * ps,
+            full_budget_tokens=40 * ps, swa_budget_tokens=20 * ps) for f, w in ((20, 10), (50, 10))])
+        rec(scn, "check_decode_capacity", a.check_decode_capacity(num_tokens=40 * ps, tree_cache=cache))
+        sizes(scn, "after", a)
+        rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
+
     def tri_cache(ps, lazy):
         scn = f"tri_cache-ps{ps}-{'lazy' if lazy else 'eager'}"
         b, a, cache = fx.build_tri_cache(lazy=lazy, page_size=ps)
@@ -250,6 +279,7 @@ SCENARIOS = textwrap.dedent(
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
                 ("tri", tri, [(ps, lazy, (1, 4, 8)), (ps, lazy, (0, 0, 0))]),
                 ("swa_cache", swa_cache, [(ps, lazy)]),
+                ("budget", budget, [(ps, lazy)]),
                 ("tri_cache", tri_cache, [(ps, lazy)] if ps == 1 else []),
             ):
                 for a in args:
