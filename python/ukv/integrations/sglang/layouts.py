@@ -180,7 +180,7 @@ LAYOUTS: tuple[Layout, ...] = (SGLANG_0516, SGLANG_0523)
 _ENV = "UKV_SGLANG_LAYOUT"
 _VERSION_LINE = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
 _VERSION_PY = re.compile(
-    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M
+    r"""^__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M
 )
 
 

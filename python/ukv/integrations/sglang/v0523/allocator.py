@@ -190,7 +190,7 @@ class MultiEndedAllocator(v16.MultiEndedAllocator):
         """
         if start_pos % self.page_size:
             raise SGLangMisalignedError(f"segment start {start_pos} is not page-aligned")
-        return free_index[:: self.page_size]
+        return free_index[:: self.page_size].contiguous()
 
     def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
         """Free ``kv_row[start_pos : start_pos + n]`` of one request (whole pages)."""
