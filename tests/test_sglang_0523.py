@@ -1,7 +1,8 @@
 """The drop-in against SGLang 0.5.23: its layout, its call sites, and its own pool builders.
 
 SGLang 0.5.23 ships builders for its unified pool (``sglang.test.unified_allocator_
-fixtures``: ``build_swa_pool``, ``build_tri_pool``, ``build_swa_cache``...). The same
+fixtures``: ``build_swa_pool``, ``build_tri_pool``, ``build_swa_cache``...); with SGLang's
+own ``init_unified_mamba_pools`` for the Mamba pair they build every kind. The same
 scenarios run twice, each in a child process: once on SGLang's own classes and once with
 the drop-in installed before SGLang imports its pool. Every observation (ids handed out,
 sizes, translations, the bytes read back through the views after frees and compaction)
@@ -266,6 +267,54 @@ SCENARIOS = textwrap.dedent(
         sizes(scn, "after", a)
         rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
 
+    def mamba(ps, lazy):
+        # SGLang's own Mamba-hybrid factory (the shipped builders have none)
+        from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
+
+        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        cp = types.SimpleNamespace(
+            shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
+            dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
+            layers=[0],
+        )
+        b = init_unified_mamba_pools(
+            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
+            start_layer=0, end_layer=2, is_draft_worker=False, use_mla_backend=False,
+            mamba_layer_ids=[0], full_attention_layer_ids=[1], mamba2_cache_params=cp,
+            model_context_len=64 * ps, extra_max_context_len=1, max_total_num_tokens=100 * ps,
+            max_mamba_cache_size=8, max_num_reqs=4, enable_memory_saver=False,
+            enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
+            speculative_num_draft_tokens=None, disable_overlap_schedule=True, need_sort=False,
+            lazy_compaction=lazy,
+        )
+        a, kv, req = b.token_to_kv_pool_allocator, b.token_to_kv_pool, b.req_to_token_pool
+        rec(scn, "sizes", [a.size, a.size_full, a.size_mamba, a.available_size(),
+                           a.mamba_slot_full_token_cost(), req.mamba_allocator.size])
+        slots = req.mamba_allocator.alloc(3)
+        rec(scn, "states.ids", slots)
+        rec(scn, "states.phys", req.translate_mamba_indices(slots))
+        ids = a.alloc(20 * ps)
+        rec(scn, "alloc.ids", ids)
+        rec(scn, "alloc.phys", a.translate_kv_loc(ids))
+        full = a.translate_kv_loc(ids)
+        kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), KVWriteLoc(full, physical=True),
+                         rows(ids, 1), -rows(ids, 1))
+        a.free(ids[4 * ps : 12 * ps])
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        live = torch.cat([ids[: 4 * ps], ids[12 * ps :]])
+        rec(scn, "free.phys", a.translate_kv_loc(live))
+        rec(scn, "free.states_phys", req.translate_mamba_indices(slots[1:]))
+        got = kv.get_key_buffer(1)[a.translate_kv_loc(live)]
+        rec(scn, "free.rows_wrong", int((got != rows(live, 1)).any(dim=(1, 2)).sum()))
+        rec(scn, "free.sizes", [a.available_size(), a.full_available_size(),
+                                a.full_attn_allocator.allocated_count(),
+                                req.mamba_allocator.available_size(),
+                                req.mamba_allocator.schedulable_available_size()])
+        have = req.mamba_allocator.schedulable_available_size()
+        rec(scn, "tokens_before_recheck", [a.full_tokens_before_mamba_recheck(n)
+                                           for n in (have, have + 2, 10**3)])
+
     def tri_cache(ps, lazy):
         scn = f"tri_cache-ps{ps}-{'lazy' if lazy else 'eager'}"
         b, a, cache = fx.build_tri_cache(lazy=lazy, page_size=ps)
@@ -280,6 +329,7 @@ SCENARIOS = textwrap.dedent(
                 ("tri", tri, [(ps, lazy, (1, 4, 8)), (ps, lazy, (0, 0, 0))]),
                 ("swa_cache", swa_cache, [(ps, lazy)]),
                 ("budget", budget, [(ps, lazy)]),
+                ("mamba", mamba, [(ps, lazy)]),
                 ("tri_cache", tri_cache, [(ps, lazy)] if ps == 1 else []),
             ):
                 for a in args:
@@ -323,6 +373,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tri-*", "*.available"): (
         "the tri-pool's joint capacity counts the SWA float as ukv packs it (no holes "
         "left behind in eager mode), a few tokens more than SGLang's float with holes"
+    ),
+    ("mamba-*", "tokens_before_recheck"): (
+        "full_tokens_before_mamba_recheck: ukv's exact shortage (0 when the states fit, and "
+        "when no amount of tokens would do), where SGLang gives a lower bound"
     ),
     ("tri-*", "states.schedulable"): (
         "the state END's schedulable slots: ukv counts sliding the SWA float away (the "
