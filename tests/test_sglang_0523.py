@@ -315,6 +315,41 @@ SCENARIOS = textwrap.dedent(
         rec(scn, "tokens_before_recheck", [a.full_tokens_before_mamba_recheck(n)
                                            for n in (have, have + 2, 10**3)])
 
+    def fake_kv(ps, lazy):
+        # SGLang's own test pattern: a foreign kvcache (fixtures' FakeUnifiedSWAKVPool)
+        # mirrors each physical slot's owner and hears every relocation as whole pages
+        from sglang.srt.mem_cache.allocator.unified_hybrid_swa import (
+            UnifiedSWATokenToKVPoolAllocator,
+        )
+        from sglang.srt.mem_cache.unified_memory_pool import MHASubPoolSpec, UnifiedKVPool
+
+        scn = f"fake_kv-ps{ps}-{'lazy' if lazy else 'eager'}"
+        specs = [
+            MHASubPoolSpec(name=n, layer_num=1, head_num=1, head_dim=8,
+                           store_dtype=torch.float16, grow_direction=g)
+            for n, g in (("full", "down"), ("swa", "up"))
+        ]
+        pool = UnifiedKVPool(total_bytes=128 * ps * 64, sub_pool_specs=specs, device="cpu",
+                             enable_memory_saver=False, page_size=ps)
+        fake = fx.FakeUnifiedSWAKVPool(pool)
+        a = UnifiedSWATokenToKVPoolAllocator(
+            unified_buffer=pool, kvcache=fake, device="cpu", page_size=ps,
+            lazy_compaction=lazy, full_max_total_num_tokens=60 * ps,
+            swa_max_total_num_tokens=60 * ps,
+        )
+        ids = a.alloc(40 * ps)
+        fake.full_kv_pool.buf[a.translate_kv_loc(ids)] = ids
+        fake.swa_kv_pool.buf[a.translate_loc_from_full_to_swa(ids)] = ids
+        a.free_swa(ids[: 10 * ps])
+        a.free(ids[10 * ps : 30 * ps])
+        a.flush_opportunistic()
+        live = ids[30 * ps :]
+        rec(scn, "full_phys", a.translate_kv_loc(live))
+        rec(scn, "swa_phys", a.translate_loc_from_full_to_swa(live))
+        rec(scn, "full.rows_wrong", int((fake.full_kv_pool.buf[a.translate_kv_loc(live)] != live).sum()))
+        rec(scn, "swa.rows_wrong", int((fake.swa_kv_pool.buf[a.translate_loc_from_full_to_swa(live)] != live).sum()))
+        sizes(scn, "end", a)
+
     def tri_cache(ps, lazy):
         scn = f"tri_cache-ps{ps}-{'lazy' if lazy else 'eager'}"
         b, a, cache = fx.build_tri_cache(lazy=lazy, page_size=ps)
@@ -330,6 +365,7 @@ SCENARIOS = textwrap.dedent(
                 ("swa_cache", swa_cache, [(ps, lazy)]),
                 ("budget", budget, [(ps, lazy)]),
                 ("mamba", mamba, [(ps, lazy)]),
+                ("fake_kv", fake_kv, [(ps, lazy)]),
                 ("tri_cache", tri_cache, [(ps, lazy)] if ps == 1 else []),
             ):
                 for a in args:
