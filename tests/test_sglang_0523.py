@@ -511,7 +511,8 @@ REFUSALS = textwrap.dedent(
         lambda: a.set_full_to_swa_mapping(torch.tensor([1]), torch.tensor([5])),
         lambda: a.swa_attn_allocator.alloc_physical(1),
         lambda: a.resize(None),
-        lambda: fx.build_swa_pool(page_size=1, total_bytes=None) and a.unified_buffer.finalize_backing(None),
+        lambda: a.unified_buffer.finalize_backing(None),
+        lambda: a.swa_attn_allocator.set_hicache_transfer_done_event("k", None),
     ):
         try:
             call()
