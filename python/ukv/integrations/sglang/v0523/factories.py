@@ -9,6 +9,7 @@ floor), so a pool built here has SGLang's geometry byte for byte. Flags not serv
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -68,38 +69,76 @@ def _bs1_floor(total_bytes: int, terms: list[tuple[str, int]], factory: str) -> 
         )
 
 
-def _kv_spec(
-    name: str,
-    layers: int,
-    heads: int,
-    head_dim: int,
-    v_head_dim: int | None,
-    kv_cache_dtype: torch.dtype,
-    grow: str,
-) -> MHASubPoolSpec:
-    return MHASubPoolSpec(
-        name=name,
-        layer_num=layers,
-        head_num=heads,
-        head_dim=head_dim,
-        v_head_dim=v_head_dim,
-        store_dtype=_store_dtype_for(kv_cache_dtype),
-        kv_cache_dtype=kv_cache_dtype,
-        grow_direction=grow,
-    )
+def _kv_pair(a: Any, swa_grow: str) -> tuple[MHASubPoolSpec, MHASubPoolSpec]:
+    """The full (grow-down END) and SWA specs of a factory's keywords ``a``."""
+    dtype = a.kv_cache_dtype
+    store = _store_dtype_for(dtype)
+    full = MHASubPoolSpec(
+        name="full", layer_num=len(a.full_attention_layer_ids), head_num=a.head_num,
+        head_dim=a.head_dim, v_head_dim=a.v_head_dim, store_dtype=store,
+        kv_cache_dtype=dtype, grow_direction="down",
+    )  # fmt: skip
+    swa = MHASubPoolSpec(
+        name="swa", layer_num=len(a.swa_attention_layer_ids), head_num=a.swa_head_num,
+        head_dim=a.swa_head_dim, v_head_dim=a.swa_v_head_dim, store_dtype=store,
+        kv_cache_dtype=dtype, grow_direction=swa_grow,
+    )  # fmt: skip
+    return full, swa
 
 
-def _state_spec(layers: int, cp: Any, grow: str) -> MambaSubPoolSpec:
+def _state_spec(a: Any) -> MambaSubPoolSpec:
+    """The state spec (grow-up END) of a factory's keywords ``a``."""
+    cp = a.mamba2_cache_params
     return MambaSubPoolSpec(
-        name="mamba",
-        layer_num=layers,
+        name="mamba", layer_num=len(a.mamba_layer_ids),
         conv_state_shapes=tuple(tuple(int(x) for x in s) for s in cp.shape.conv),
-        conv_dtype=cp.dtype.conv,
-        temporal_state_shape=tuple(int(x) for x in cp.shape.temporal),
-        temporal_dtype=cp.dtype.temporal,
-        conv_slice_axis=getattr(cp.shape, "conv_slice_axis", 0),
-        grow_direction=grow,
-    )
+        conv_dtype=cp.dtype.conv, temporal_state_shape=tuple(int(x) for x in cp.shape.temporal),
+        temporal_dtype=cp.dtype.temporal, conv_slice_axis=getattr(cp.shape, "conv_slice_axis", 0),
+        grow_direction="up",
+    )  # fmt: skip
+
+
+def _pool(
+    a: Any, specs: list[Any], total_bytes: int, floor: list[tuple[str, int]]
+) -> UnifiedKVPool:
+    return UnifiedKVPool(
+        total_bytes=total_bytes, sub_pool_specs=specs, device=a.device, enable_memory_saver=False,
+        page_size=a.page_size, bs1_floor_terms=floor,
+    )  # fmt: skip
+
+
+def _swa_token_pool(a: Any, pool: UnifiedKVPool) -> UnifiedSWAKVPool:
+    return UnifiedSWAKVPool(
+        unified_buffer=pool, swa_attention_layer_ids=a.swa_attention_layer_ids,
+        full_attention_layer_ids=a.full_attention_layer_ids, page_size=a.page_size,
+        start_layer=a.start_layer, end_layer=a.end_layer,
+    )  # fmt: skip
+
+
+def _request_table(a: Any, pool: UnifiedKVPool) -> UnifiedHybridReqToTokenPool:
+    return UnifiedHybridReqToTokenPool(
+        unified_buffer=pool, mamba_sub_pool_name="mamba", size=a.max_num_reqs,
+        mamba_spec_state_size=a.max_num_reqs,
+        max_context_len=a.model_context_len + a.extra_max_context_len, device=a.device,
+        enable_memory_saver=False, cache_params=a.mamba2_cache_params,
+        mamba_layer_ids=a.mamba_layer_ids, enable_mamba_extra_buffer=a.enable_mamba_extra_buffer,
+        enable_mamba_extra_buffer_lazy=a.enable_mamba_extra_buffer_lazy,
+        enable_overlap_schedule=not a.disable_overlap_schedule, start_layer=a.start_layer,
+        pre_alloc_size=a.decode_pre_alloc_size,
+    )  # fmt: skip
+
+
+def _allocator_kw(a: Any) -> dict[str, Any]:
+    """The keywords every composite allocator takes from its factory's."""
+    keys = ("device", "page_size", "need_sort", "forward_stream", "lazy_compaction")
+    return {k: getattr(a, k) for k in keys}
+
+
+def _window_tokens(a: Any) -> int:
+    """SWA tokens one request holds at most: a window and a page (or its context)."""
+    if a.sliding_window_size is None:
+        return int(a.model_context_len)
+    return min(a.model_context_len, a.sliding_window_size + a.page_size)
 
 
 def _wire_slots(allocator: Any, req_pool: Any, device: str) -> UnifiedMambaSlotAllocator:
@@ -151,81 +190,38 @@ def init_unified_swa_pools(
         SGLangNotImplementedError: ``enable_memory_saver``, ``post_capture_active`` or
             ``fused_draft``.
     """
-    _need_layers(
-        "SWA-hybrid", **{"full-attention": full_attention_layer_ids, "SWA": swa_attention_layer_ids}
-    )
+    a = SimpleNamespace(**locals())
+    _need_layers("SWA-hybrid", **{"full-attention": a.full_attention_layer_ids,
+                                  "SWA": a.swa_attention_layer_ids})  # fmt: skip
     _refuse_flags(
         enable_memory_saver=enable_memory_saver,
         post_capture_active=post_capture_active,
         fused_draft=fused_draft,
     )
-    full = _kv_spec(
-        "full",
-        len(full_attention_layer_ids),
-        head_num,
-        head_dim,
-        v_head_dim,
-        kv_cache_dtype,
-        "down",
-    )
-    swa = _kv_spec(
-        "swa",
-        len(swa_attention_layer_ids),
-        swa_head_num,
-        swa_head_dim,
-        swa_v_head_dim,
-        kv_cache_dtype,
-        "up",
-    )
-    caps: dict[str, int] = {}
+    full, swa = _kv_pair(a, "up")
+    caps: dict[str, Any] = {}
     if total_bytes is None:
         if full_max_total_num_tokens is None or swa_max_total_num_tokens is None:
             raise SGLangConfigError(
                 "total_bytes or both legacy full/SWA capacities must be provided"
             )
-        total_bytes = (
-            full_max_total_num_tokens * full.entry_bytes()
-            + swa_max_total_num_tokens * swa.entry_bytes()
-        )
+        total_bytes = full_max_total_num_tokens * full.entry_bytes()
+        total_bytes += swa_max_total_num_tokens * swa.entry_bytes()
         caps = {
             "full_max_total_num_tokens": full_max_total_num_tokens,
             "swa_max_total_num_tokens": swa_max_total_num_tokens,
         }
-    floor_terms: list[tuple[str, int]] = []
+    floor: list[tuple[str, int]] = []
     if model_context_len is not None:
-        window = model_context_len
-        if sliding_window_size is not None:
-            window = min(model_context_len, sliding_window_size + page_size)
-        floor_terms = [
-            ("swa_window_kv", window * swa.entry_bytes()),
+        floor = [
+            ("swa_window_kv", _window_tokens(a) * swa.entry_bytes()),
             ("sink", _reserved_floor_bytes([full, swa], page_size)),
         ]
-        _bs1_floor(total_bytes, floor_terms, "init_unified_swa_pools")
-    pool = UnifiedKVPool(
-        total_bytes=total_bytes,
-        sub_pool_specs=[full, swa],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
-        bs1_floor_terms=floor_terms,
-    )
-    token_pool = UnifiedSWAKVPool(
-        unified_buffer=pool,
-        swa_attention_layer_ids=swa_attention_layer_ids,
-        full_attention_layer_ids=full_attention_layer_ids,
-        page_size=page_size,
-        start_layer=start_layer,
-        end_layer=end_layer,
-    )
+        _bs1_floor(total_bytes, floor, "init_unified_swa_pools")
+    pool = _pool(a, [full, swa], total_bytes, floor)
+    token_pool = _swa_token_pool(a, pool)
     allocator = UnifiedSWATokenToKVPoolAllocator(
-        unified_buffer=pool,
-        kvcache=token_pool,
-        device=device,
-        page_size=page_size,
-        need_sort=need_sort,
-        forward_stream=forward_stream,
-        lazy_compaction=lazy_compaction,
-        **caps,
+        unified_buffer=pool, kvcache=token_pool, **_allocator_kw(a), **caps
     )
     return UnifiedSWAPoolBundle(pool, token_pool, allocator)  # type: ignore[arg-type]
 
@@ -272,94 +268,46 @@ def init_unified_mamba_pools(
         SGLangNotImplementedError: ``use_mla_backend``, ``fused_draft``,
             ``enable_memory_saver`` or ``speculative_num_draft_tokens``.
     """
+    a = SimpleNamespace(**locals())
     _refuse_flags(
         use_mla_backend=use_mla_backend,
         fused_draft=fused_draft,
         enable_memory_saver=enable_memory_saver,
         speculative_num_draft_tokens=speculative_num_draft_tokens,
     )
-    del mamba_full_memory_ratio, kv_lora_rank, qk_rope_head_dim  # informational / MLA only
-    full = _kv_spec(
-        "full",
-        len(full_attention_layer_ids),
-        head_num,
-        head_dim,
-        v_head_dim,
-        kv_cache_dtype,
-        "down",
+    full = MHASubPoolSpec(
+        name="full", layer_num=len(full_attention_layer_ids), head_num=head_num,
+        head_dim=head_dim, v_head_dim=v_head_dim, store_dtype=_store_dtype_for(kv_cache_dtype),
+        kv_cache_dtype=kv_cache_dtype, grow_direction="down",
+    )  # fmt: skip
+    state = _state_spec(a)
+    tokens = max_total_num_tokens * full.entry_bytes()
+    total = (tokens if unified_total_bytes is None else unified_total_bytes) + (
+        max_mamba_cache_size * state.entry_bytes()
     )
-    state = _state_spec(len(mamba_layer_ids), mamba2_cache_params, "up")
-    tokens_bytes = (
-        max_total_num_tokens * full.entry_bytes()
-        if unified_total_bytes is None
-        else unified_total_bytes
-    )
-    total = tokens_bytes + max_mamba_cache_size * state.entry_bytes()
-    _bs1_floor(
-        total,
-        [
-            ("bs1_state_slots", 3 * state.entry_bytes()),
-            ("sink", _reserved_floor_bytes([full, state], page_size)),
-        ],
-        "init_unified_mamba_pools",
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full, state],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
-    )
-    req_pool = UnifiedHybridReqToTokenPool(
-        unified_buffer=pool,
-        mamba_sub_pool_name="mamba",
-        size=max_num_reqs,
-        mamba_spec_state_size=max_num_reqs,
-        max_context_len=model_context_len + extra_max_context_len,
-        device=device,
-        enable_memory_saver=False,
-        cache_params=mamba2_cache_params,
-        mamba_layer_ids=mamba_layer_ids,
-        enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-        enable_mamba_extra_buffer_lazy=enable_mamba_extra_buffer_lazy,
-        enable_overlap_schedule=not disable_overlap_schedule,
-        start_layer=start_layer,
-        pre_alloc_size=decode_pre_alloc_size,
-    )
+    floor = [
+        ("bs1_state_slots", 3 * state.entry_bytes()),
+        ("sink", _reserved_floor_bytes([full, state], page_size)),
+    ]
+    _bs1_floor(total, floor, "init_unified_mamba_pools")
+    pool = _pool(a, [full, state], total, [])
+    req_pool = _request_table(a, pool)
     full_kv = UnifiedMHATokenToKVPool(
-        unified_buffer=pool,
-        sub_pool_name="full",
-        page_size=page_size,
-        start_layer=start_layer,
+        unified_buffer=pool, sub_pool_name="full", page_size=page_size, start_layer=start_layer,
         end_layer=end_layer,
-    )
+    )  # fmt: skip
     token_pool = UnifiedHybridLinearKVPool(
-        page_size=page_size,
-        size=max_total_num_tokens,
-        dtype=kv_cache_dtype,
-        head_num=head_num,
-        head_dim=head_dim,
+        page_size=page_size, size=max_total_num_tokens, dtype=kv_cache_dtype, head_num=head_num,
+        head_dim=head_dim, device=device, mamba_pool=req_pool.mamba_pool, use_mla=False,
         full_attention_layer_ids=[0] if is_draft_worker else list(full_attention_layer_ids),
-        device=device,
-        mamba_pool=req_pool.mamba_pool,
-        enable_memory_saver=False,
-        use_mla=False,
-        start_layer=start_layer,
-        full_kv_pool=full_kv,
-    )
+        enable_memory_saver=False, start_layer=start_layer, full_kv_pool=full_kv,
+    )  # fmt: skip
     allocator = UnifiedMambaTokenToKVPoolAllocator(
-        unified_buffer=pool,
-        kvcache=token_pool,
-        device=device,
-        page_size=page_size,
-        need_sort=need_sort,
-        forward_stream=forward_stream,
-        lazy_compaction=lazy_compaction,
+        unified_buffer=pool, kvcache=token_pool, **_allocator_kw(a)
     )
     full_kv.host_capacity_tokens = max_total_num_tokens
     full_kv.host_capacity_bytes = max_total_num_tokens * full.entry_bytes()
-    slots = _wire_slots(allocator, req_pool, device)
-    token_pool._mamba_translate = slots.translate
+    token_pool._mamba_translate = _wire_slots(allocator, req_pool, device).translate
     return UnifiedPoolBundle(pool, token_pool, allocator, req_pool)  # type: ignore[arg-type]
 
 
@@ -408,100 +356,37 @@ def init_unified_mamba_swa_pools(
         SGLangNotImplementedError: ``enable_memory_saver``, ``fused_draft`` or
             ``speculative_num_draft_tokens``.
     """
-    _need_layers(
-        "tri-pool",
-        **{
-            "full-attention": full_attention_layer_ids,
-            "SWA-attention": swa_attention_layer_ids,
-            "state": mamba_layer_ids,
-        },
-    )
+    a = SimpleNamespace(**locals())
+    _need_layers("tri-pool", **{"full-attention": full_attention_layer_ids,
+                                "SWA-attention": swa_attention_layer_ids,
+                                "state": mamba_layer_ids})  # fmt: skip
     _refuse_flags(
         enable_memory_saver=enable_memory_saver,
         fused_draft=fused_draft,
         speculative_num_draft_tokens=speculative_num_draft_tokens,
     )
-    full = _kv_spec(
-        "full",
-        len(full_attention_layer_ids),
-        head_num,
-        head_dim,
-        v_head_dim,
-        kv_cache_dtype,
-        "down",
-    )
-    swa = _kv_spec(
-        "swa",
-        len(swa_attention_layer_ids),
-        swa_head_num,
-        swa_head_dim,
-        swa_v_head_dim,
-        kv_cache_dtype,
-        "float",
-    )
-    state = _state_spec(len(mamba_layer_ids), mamba2_cache_params, "up")
-    if unified_total_bytes is not None:
-        total = unified_total_bytes + max_mamba_cache_size * state.entry_bytes()
-    else:
-        total = (
-            full_max_total_num_tokens * full.entry_bytes()
-            + swa_max_total_num_tokens * swa.entry_bytes()
-            + max_mamba_cache_size * state.entry_bytes()
-        )
-    window = model_context_len
-    if sliding_window_size is not None:
-        window = min(model_context_len, sliding_window_size + page_size)
-    _bs1_floor(
-        total,
-        [
-            ("swa_window_kv", window * swa.entry_bytes()),
-            ("bs1_state_slots", 3 * state.entry_bytes()),
-            ("sink", _reserved_floor_bytes([full, swa, state], page_size)),
-        ],
-        "init_unified_mamba_swa_pools",
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full, swa, state],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
-    )
-    token_pool = UnifiedSWAKVPool(
-        unified_buffer=pool,
-        swa_attention_layer_ids=swa_attention_layer_ids,
-        full_attention_layer_ids=full_attention_layer_ids,
-        page_size=page_size,
-        start_layer=start_layer,
-        end_layer=end_layer,
-    )
-    req_pool = UnifiedHybridReqToTokenPool(
-        unified_buffer=pool,
-        mamba_sub_pool_name="mamba",
-        size=max_num_reqs,
-        mamba_spec_state_size=max_num_reqs,
-        max_context_len=model_context_len + extra_max_context_len,
-        device=device,
-        enable_memory_saver=False,
-        cache_params=mamba2_cache_params,
-        mamba_layer_ids=mamba_layer_ids,
-        enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-        enable_mamba_extra_buffer_lazy=enable_mamba_extra_buffer_lazy,
-        enable_overlap_schedule=not disable_overlap_schedule,
-        start_layer=start_layer,
-        pre_alloc_size=decode_pre_alloc_size,
-    )
+    full, swa = _kv_pair(a, "float")
+    state = _state_spec(a)
+    if unified_total_bytes is None:
+        unified_total_bytes = full_max_total_num_tokens * full.entry_bytes()
+        unified_total_bytes += swa_max_total_num_tokens * swa.entry_bytes()
+    total = unified_total_bytes + max_mamba_cache_size * state.entry_bytes()
+    floor = [
+        ("swa_window_kv", _window_tokens(a) * swa.entry_bytes()),
+        ("bs1_state_slots", 3 * state.entry_bytes()),
+        ("sink", _reserved_floor_bytes([full, swa, state], page_size)),
+    ]
+    _bs1_floor(total, floor, "init_unified_mamba_swa_pools")
+    pool = _pool(a, [full, swa, state], total, [])
+    token_pool = _swa_token_pool(a, pool)
+    req_pool = _request_table(a, pool)
     allocator = UnifiedMambaSWATokenToKVPoolAllocator(
         unified_buffer=pool,
         kvcache=token_pool,
         mamba_kvcache=req_pool.mamba_pool,
-        device=device,
         full_max_total_num_tokens=full_max_total_num_tokens,
         swa_max_total_num_tokens=swa_max_total_num_tokens,
-        page_size=page_size,
-        need_sort=need_sort,
-        forward_stream=forward_stream,
-        lazy_compaction=lazy_compaction,
+        **_allocator_kw(a),
     )
     _wire_slots(allocator, req_pool, device)
     return UnifiedPoolBundle(pool, token_pool, allocator, req_pool)  # type: ignore[arg-type]
