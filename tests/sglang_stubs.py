@@ -12,9 +12,11 @@ may derive from them.
 
 from __future__ import annotations
 
+import glob
 import importlib.abc
 import importlib.machinery
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -120,6 +122,29 @@ def sglang_found() -> bool:
             f"{os.environ.get('UKV_SGLANG_PATH', '')!r}"
         )
     return found
+
+
+def sglang_version() -> str | None:
+    """The version of the SGLang ``UKV_SGLANG_PATH`` names (its ``sglang-*.dist-info``),
+    read without importing it; None when there is none."""
+    for path in sglang_paths():
+        for meta in sorted(glob.glob(os.path.join(path, "sglang-*.dist-info", "METADATA"))):
+            with open(meta, encoding="utf-8", errors="replace") as f:
+                m = re.search(r"^Version:\s*(\S+)", f.read(4096), re.MULTILINE)
+            if m:
+                return m.group(1)
+    return None
+
+
+def sglang_release() -> str | None:
+    """The drop-in layout serving that SGLang (``"0.5.16"`` or ``"0.5.23"``), or None
+    without one: the tests of one release skip when another is installed."""
+    version = sglang_version()
+    if version is None:
+        return None
+    from ukv.integrations.sglang.layouts import layout_for
+
+    return layout_for(version).version
 
 
 def pytest_configure(config: Any) -> None:

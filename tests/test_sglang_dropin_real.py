@@ -19,12 +19,18 @@ import ukv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from sglang_stubs import sglang_found  # noqa: E402
+from sglang_stubs import sglang_found, sglang_release  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not sglang_found(),
-    reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sglang_found(),
+        reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
+    ),
+    pytest.mark.skipif(
+        sglang_release() not in (None, "0.5.16"),
+        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}: tests/test_sglang_0523.py covers it",
+    ),
+]
 
 
 def _child_env() -> dict[str, str]:

@@ -8,8 +8,9 @@ a stand-in that carries no behaviour SGLang's scheduler would rely on, except
 which implement the small request-slot and layer-routing surface the drop-in inherits
 from SGLang, so the drop-in works standalone.
 
-The version seam: SGLang 0.5.16 keeps these in ``sglang.srt.mem_cache.memory_pool``,
-``swa_memory_pool`` and ``allocator``; a later layout is added to :data:`_SOURCES`.
+Where SGLang keeps them is the installed release's ``layouts.Layout.bases`` (0.5.16 and
+0.5.23 keep these in ``sglang.srt.mem_cache.memory_pool``, ``swa_memory_pool`` and
+``allocator``; 0.5.23 adds ``MLATokenToKVPool``).
 """
 
 from __future__ import annotations
@@ -20,28 +21,13 @@ from typing import Any
 
 import torch
 
+from ukv.integrations.sglang import layouts
+
 __all__ = ["FROM_SGLANG", "names"]
 
-# name -> (module, attribute), SGLang 0.5.16's layout.
-_SOURCES: dict[str, tuple[str, str]] = {
-    "BaseTokenToKVPoolAllocator": ("sglang.srt.mem_cache.allocator", "BaseTokenToKVPoolAllocator"),
-    "SWATokenToKVPoolAllocator": (
-        "sglang.srt.mem_cache.allocator.swa",
-        "SWATokenToKVPoolAllocator",
-    ),
-    "SWAKVPool": ("sglang.srt.mem_cache.swa_memory_pool", "SWAKVPool"),
-    "ReqToTokenPool": ("sglang.srt.mem_cache.memory_pool", "ReqToTokenPool"),
-    "HybridReqToTokenPool": ("sglang.srt.mem_cache.memory_pool", "HybridReqToTokenPool"),
-    "HybridLinearKVPool": ("sglang.srt.mem_cache.memory_pool", "HybridLinearKVPool"),
-    "MHATokenToKVPool": ("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool"),
-    "MambaPool": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
-    "KVWriteLoc": ("sglang.srt.mem_cache.memory_pool", "KVWriteLoc"),
-    "TorchMemorySaverAdapter": (
-        "sglang.srt.utils.torch_memory_saver_adapter",
-        "TorchMemorySaverAdapter",
-    ),
-    "GPU_MEMORY_TYPE_KV_CACHE": ("sglang.srt.constants", "GPU_MEMORY_TYPE_KV_CACHE"),
-}
+# name -> (module, attribute), of the installed SGLang's layout (the version seam lives
+# in ``layouts``).
+_SOURCES: dict[str, tuple[str, str]] = layouts.current().bases
 
 
 def _load_sglang() -> dict[str, Any] | None:
@@ -71,6 +57,10 @@ class _KVCache:
 
 class _MHATokenToKVPool(_KVCache):
     """Stand-in for SGLang's MHA pool (the drop-in implements its surface itself)."""
+
+
+class _MLATokenToKVPool(_KVCache):
+    """Stand-in for SGLang's MLA pool (``isinstance`` only)."""
 
 
 class _SWAKVPool(_KVCache):
@@ -321,6 +311,7 @@ _STAND_INS: dict[str, Any] = {
     "HybridReqToTokenPool": _HybridReqToTokenPool,
     "HybridLinearKVPool": _HybridLinearKVPool,
     "MHATokenToKVPool": _MHATokenToKVPool,
+    "MLATokenToKVPool": _MLATokenToKVPool,
     "MambaPool": _MambaPool,
     "KVWriteLoc": _KVWriteLoc,
     "TorchMemorySaverAdapter": _TorchMemorySaverAdapter,
@@ -330,4 +321,6 @@ _STAND_INS: dict[str, Any] = {
 _sglang = _load_sglang()
 #: Whether the base classes are SGLang's own (else the stand-ins above).
 FROM_SGLANG: bool = _sglang is not None
-names: dict[str, Any] = _sglang if _sglang is not None else _STAND_INS
+#: name -> class: SGLang's where SGLang is importable (a name the installed layout does not
+#: list keeps its stand-in), else the stand-ins.
+names: dict[str, Any] = {**_STAND_INS, **(_sglang or {})}

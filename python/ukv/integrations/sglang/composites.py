@@ -37,6 +37,10 @@ class _PairMixin:
 
     unified_buffer: UnifiedKVPool
     full_attn_allocator: MultiEndedAllocator
+    #: The sides' allocator class, and the SWA side's (SGLang 0.5.23's drop-in names
+    #: its own: ``v0523.allocator``).
+    _side_cls: Any = MultiEndedAllocator
+    _swa_side_cls: Any = MultiEndedAllocator
 
     def _init_pair(
         self,
@@ -69,14 +73,14 @@ class _PairMixin:
             forward_stream=forward_stream,
             lazy_compaction=lazy_compaction,
         )
-        full = MultiEndedAllocator(
+        full = self._side_cls(
             kvcache=kvcache.full_kv_pool,
             sub_pool_name="full",
             is_id_owner=True,
             page_size=page_size,
             **common,
         )
-        second = MultiEndedAllocator(
+        second = (self._side_cls if other_is_owner else self._swa_side_cls)(
             kvcache=other_kvcache,
             sub_pool_name=other,
             is_id_owner=other_is_owner,

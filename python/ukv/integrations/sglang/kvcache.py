@@ -394,6 +394,9 @@ class UnifiedSWAKVPool(_SWABase):
         enable_memory_saver: Accepted (the unified buffer's own setting governs).
     """
 
+    #: The class of the two sides' K/V pools (SGLang 0.5.23's drop-in names its own).
+    _kv_pool_cls: Any = UnifiedMHATokenToKVPool
+
     def __init__(
         self,
         *,
@@ -424,14 +427,14 @@ class UnifiedSWAKVPool(_SWABase):
         self.head_num = full.head_num
         self.head_dim = full.head_dim
         self.device = unified_buffer.device
-        self.full_kv_pool = UnifiedMHATokenToKVPool(
+        self.full_kv_pool = self._kv_pool_cls(
             unified_buffer=unified_buffer,
             sub_pool_name="full",
             page_size=page_size,
             start_layer=start_layer,
             end_layer=end_layer,
         )
-        self.swa_kv_pool = UnifiedMHATokenToKVPool(
+        self.swa_kv_pool = self._kv_pool_cls(
             unified_buffer=unified_buffer,
             sub_pool_name="swa",
             page_size=page_size,

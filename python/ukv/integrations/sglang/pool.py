@@ -127,23 +127,7 @@ class UnifiedKVPool:
     ) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise SGLangConfigError(f"page_size must be >= 1; got {page_size!r}")
-        specs = list(sub_pool_specs)
-        if len(specs) != 2:
-            raise SGLangConfigError(
-                f"UnifiedKVPool currently supports exactly 2 sub-pools; got {len(specs)} "
-                "(N>2 is not yet implemented)"
-            )
-        for s in specs:
-            if not isinstance(s, (MHASubPoolSpec, MambaSubPoolSpec)):
-                raise SGLangConfigError(f"unsupported SubPoolSpec type: {type(s).__name__}")
-        names = [s.name for s in specs]
-        if len(set(names)) != 2:
-            raise SGLangConfigError(f"sub-pool names must be unique; got {names}")
-        directions = sorted(s.grow_direction for s in specs)
-        if directions != ["down", "up"]:
-            raise SGLangConfigError(
-                f"UnifiedKVPool needs one grow-up and one grow-down sub-pool; got {directions}"
-            )
+        specs = self._checked_specs(list(sub_pool_specs))
         if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
             raise SGLangConfigError(f"total_bytes must be a positive int; got {total_bytes!r}")
         self.total_bytes = total_bytes
@@ -169,6 +153,28 @@ class UnifiedKVPool:
         self._move_targets: dict[str, list[Any]] = {}
         self.lockstep = lockstep_required()
         self._check_fits(page_size)
+
+    @staticmethod
+    def _checked_specs(specs: list[Any]) -> list[Any]:
+        """The specs, checked as SGLang 0.5.16 asserts: two, one of each direction.
+        (SGLang 0.5.23's pool, ``v0523.pool``, overrides this.)"""
+        if len(specs) != 2:
+            raise SGLangConfigError(
+                f"UnifiedKVPool currently supports exactly 2 sub-pools; got {len(specs)} "
+                "(N>2 is not yet implemented)"
+            )
+        for s in specs:
+            if not isinstance(s, (MHASubPoolSpec, MambaSubPoolSpec)):
+                raise SGLangConfigError(f"unsupported SubPoolSpec type: {type(s).__name__}")
+        names = [s.name for s in specs]
+        if len(set(names)) != 2:
+            raise SGLangConfigError(f"sub-pool names must be unique; got {names}")
+        directions = sorted(s.grow_direction for s in specs)
+        if directions != ["down", "up"]:
+            raise SGLangConfigError(
+                f"UnifiedKVPool needs one grow-up and one grow-down sub-pool; got {directions}"
+            )
+        return specs
 
     # ----- the page size, claims and the build -----------------------------------------------
 
@@ -202,8 +208,8 @@ class UnifiedKVPool:
             )
 
     def claim(self, name: str, *, page_size: int, is_id_owner: bool, lazy: bool) -> None:
-        """Record what an allocator of sub-pool ``name`` needs; the second sub-pool's
-        claim builds ukv's pool.
+        """Record what an allocator of sub-pool ``name`` needs; the last sub-pool's claim
+        builds ukv's pool.
 
         Raises:
             SGLangConfigError: an unknown name, a state sub-pool with ``page_size != 1``,
@@ -236,7 +242,7 @@ class UnifiedKVPool:
         if self._pool is not None:
             self._check_built_matches(name, claim)
         self._claims[name] = claim
-        if self._pool is None and len(self._claims) == 2:
+        if self._pool is None and len(self._claims) == len(self._specs_by_name):
             self._build()
 
     def _other(self, name: str) -> str:

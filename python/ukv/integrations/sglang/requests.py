@@ -131,6 +131,9 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     verify scratch (rows by batch position, beside the unified buffer).
     """
 
+    #: The class of the state pool (SGLang 0.5.23's drop-in names its own).
+    _mamba_pool_cls: Any = UnifiedMambaPool
+
     def __init__(
         self, *, unified_buffer: UnifiedKVPool, mamba_sub_pool_name: str, **table: Any
     ) -> None:
@@ -161,7 +164,7 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
                 f"mamba_size = {mamba_size} != unified_buffer.max_slots("
                 f"{self._mamba_sub_pool_name!r}) - 1 = {self._shared_mamba_size}"
             )
-        self.mamba_pool = UnifiedMambaPool(
+        self.mamba_pool = self._mamba_pool_cls(
             unified_buffer=self._unified_buffer,
             sub_pool_name=self._mamba_sub_pool_name,
             spec_state_size=mamba_spec_state_size,
