@@ -16,6 +16,8 @@
 #                cannot find its module, or finds a version the core wheels' requirements
 #                refuse (fallback.txt keeps those requirements), or all of them with --all or
 #                when the import check at the end (DEST/check.sh) fails without them.
+# DEST/apart/    wheels install.sh leaves alone (APART): a step that needs one installs it
+#                into a folder of its own, so the others run without it.
 #
 # Profiles:
 #   0.5.23 (default, DEST .gpu/peer): SGLang's allocator as benches/bench_cuda_host.py's peer
@@ -27,7 +29,7 @@
 #          tests/sglang_stubs.py serves a stand-in with UKV_SGLANG_STUBS=xgrammar),
 #          apache-tvm-ffi (only xgrammar imports it at module level; without it SGLang's JIT
 #          store_cache kernel is not built and set_kv_buffer takes its torch path), pillow
-#          and hf-xet (11 MB, on the image already). Added: torch-memory-saver (GPU only).
+#          and hf-xet (11 MB, on the image already). Apart: torch-memory-saver (GPU only).
 # Each total must stay under the profile's budget: the 64 MiB a device call carries also
 # holds the ukv wheel(s) (~3 MiB each) and, for 0.5.16, SGLang's upstream tests (<1 MiB).
 set -euo pipefail
@@ -50,7 +52,7 @@ PIP=${PIP:-python3 -m pip}
 # Distribution names are compared normalized (PEP 503: lower case, runs of -_. as one -);
 # the maps' keys are written that way.
 declare -A OVERRIDE_PINS=() EXTRA_PINS=()
-NOT_CARRIED=()
+NOT_CARRIED=() APART=()
 case $sglang in
   0.5.23)
     reqs=$repo/benches/requirements-peer.txt
@@ -96,10 +98,13 @@ EOF
     dest=${dest:-$repo/.gpu/sgl016}
     budget_mib=50
     OVERRIDE_PINS=([orjson]=3.13.0)  # 3.8.3 predates cp312 wheels
-    # typing-extensions: pydantic 2.13 wants >= 4.14.1; torch-memory-saver (cu12 and cu13
-    # builds): SGLang's memory saver, for tests/test_sglang_memory_saver.py (GPU only, so
-    # not in CI's list).
+    # typing-extensions: pydantic 2.13 wants >= 4.14.1.
     EXTRA_PINS=([typing-extensions]=4.15.0 [torch-memory-saver]=0.0.10)
+    # SGLang's memory saver (cu12 and cu13 builds), for tests/test_sglang_memory_saver.py
+    # (GPU only, so not in CI's list). Apart: where SGLang's TorchMemorySaverAdapter can
+    # import it, the drop-in's enable_memory_saver=True builds instead of raising, which
+    # test_sglang_dropin.py (run on SGLang's bases by test_sglang_dropin_real.py) checks.
+    APART=(torch-memory-saver)
     NOT_CARRIED=(xgrammar apache-tvm-ffi pillow hf-xet)
     # On the image (KINDS.md's package list) at versions the core wheels accept, as far as
     # their pins tell: carried as fallbacks (distribution:import name). tokenizers and
@@ -113,8 +118,8 @@ EOF
       requests:requests safetensors:safetensors sortedcontainers:sortedcontainers tqdm:tqdm
       urllib3:urllib3 typing_extensions:typing_extensions
     )
-    # Core: sglang, torch-memory-saver and every other package of the requirements file.
-    CORE=(sglang torch-memory-saver)
+    # Core: sglang and every other package of the requirements file.
+    CORE=(sglang)
     skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
     while read -r name; do
       n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
@@ -221,6 +226,7 @@ if [ -e "$dest" ] && [ ! -f "$dest/MANIFEST.txt" ] && [ -n "$(ls -A "$dest")" ];
 fi
 rm -rf "$dest"
 mkdir -p "$dest/core" "$dest/fallback"
+[ ${#APART[@]} -eq 0 ] || mkdir -p "$dest/apart"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -300,6 +306,11 @@ for line in open(listed):
     spec = ",".join(sorted(set(wants.get(canonicalize_name(dist), [])))) or "-"
     print(wheel, module, dist, spec)
 EOF
+if [ ${#APART[@]} -gt 0 ]; then
+  apart_pins=()
+  for d in "${APART[@]}"; do apart_pins+=("$(pin "$d")"); done
+  download "$dest/apart" "${apart_pins[@]}"
+fi
 write_check "$dest/check.sh"
 
 cat > "$dest/install.sh" <<'EOF'
@@ -373,13 +384,12 @@ chmod +x "$dest/install.sh" "$dest/check.sh"
   echo "# made by benches/prepare_peer_wheels.sh --sglang $sglang --python-version $pyver on $(date -u +%FT%TZ)"
   echo "# versions from ${reqs#"$repo"/}${NOT_CARRIED[*]:+; not carried: ${NOT_CARRIED[*]}}"
   echo "# bytes path"
-  (cd "$dest" && find core fallback -name '*.whl' -printf '%s %p\n' | sort -k2)
+  (cd "$dest" && find core fallback apart -name '*.whl' -printf '%s %p\n' 2>/dev/null | sort -k2)
 } > "$dest/MANIFEST.txt"
 total=$(du -sb "$dest" | cut -f1)
-printf 'core %.1f MiB, fallback %.1f MiB, total %.1f MiB in %s (budget %d MiB)\n' \
-  "$(du -sb "$dest/core" | awk '{print $1 / 1048576}')" \
-  "$(du -sb "$dest/fallback" | awk '{print $1 / 1048576}')" \
-  "$(echo "$total" | awk '{print $1 / 1048576}')" "$dest" "$budget_mib"
+mib() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+echo "core $(mib "$dest/core") MiB, fallback $(mib "$dest/fallback") MiB, apart" \
+  "$(mib "$dest/apart") MiB, total $(mib "$dest") MiB in $dest (budget $budget_mib MiB)"
 if [ "$total" -gt $((budget_mib * 1048576)) ]; then
   echo "over budget: the ukv wheel(s) must fit in the same 64 MiB carry" >&2
   exit 1
