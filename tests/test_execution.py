@@ -384,6 +384,15 @@ def test_eager_compaction_waits_for_the_forward_writing_its_pages(page_size: int
     ]
     pool = ukv.UnifiedKVPool(16 << 20, specs, page_size=page_size, device="cuda", lazy=False)
     fa = pool.allocator("full")
+    # Load the store and move kernels first: a kernel's first launch loads its module,
+    # which waits for the device to go idle (the forward below would end right there).
+    warm = fa.alloc(2 * page_size)
+    pool.set_kv(
+        "full", 0, fa.translate_kv_loc(warm), *[torch.zeros(warm.numel(), 2, 64, device="cuda")] * 2
+    )
+    fa.free(warm[:page_size].cpu())  # compacts: the page above moves down
+    fa.free(warm[page_size:].cpu())
+    assert pool.stats().pages_moved > 0
     finished = fa.alloc(32 * page_size)
     survivor = fa.alloc(4 * page_size)
     new = fa.alloc(16 * page_size)  # the topmost pages: what compaction moves

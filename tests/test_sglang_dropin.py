@@ -279,8 +279,8 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
     with pytest.raises(ukv.ArgumentError):
         a.virtual_to_physical[1] = 5
     with pytest.raises(E.SGLangArgumentError, match="int64"):
-        a.translate_kv_loc(ids, out=torch.empty(4, dtype=torch.int32))
-    out = torch.empty(4, dtype=torch.int64)
+        a.translate_kv_loc(ids, out=torch.empty(4, dtype=torch.int32, device=ids.device))
+    out = torch.empty(4, dtype=torch.int64, device=ids.device)
     assert a.translate_kv_loc(ids, out=out) is out
     a.free(ids)
     with pytest.raises(E.SGLangDoubleFreeError):
@@ -456,7 +456,8 @@ def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
     check_tokens(fa, full_rec, live)
     check_tokens(_SwaView(alloc), swa_rec, ids[6:12])
     assert torch.equal(
-        alloc.translate_loc_from_full_to_swa(ids[:6]), torch.zeros(6, dtype=torch.int32)
+        alloc.translate_loc_from_full_to_swa(ids[:6]),
+        torch.zeros(6, dtype=torch.int32, device=ids.device),
     )
     out = torch.empty(3, dtype=torch.int64)
     with pytest.raises(E.SGLangArgumentError, match="int32"):
@@ -494,7 +495,7 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
     reqs = [types.SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None) for _ in range(3)]
     assert req.alloc(reqs) is not None
     virt = torch.stack([torch.as_tensor(r.mamba_pool_idx) for r in reqs])
-    phys = req.translate_mamba_indices(torch.cat([virt, torch.tensor([-1])]))
+    phys = req.translate_mamba_indices(torch.cat([virt, torch.tensor([-1], device=virt.device)]))
     assert phys.dtype == torch.int32 and int(phys[-1]) == -1 and bool((phys[:-1] > 0).all())
     k = torch.randn(4, H, D, device=DEV)
     ids = a.alloc(4)
