@@ -7,8 +7,9 @@
 # 10^6 operations per mode; `bench` the allocator host-time comparison against SGLang
 # (when .gpu/peer/ was carried, see benches/prepare_peer_wheels.sh), a cProfile of the
 # small calls, the model demo on CUDA and the serving-step bench; `sglang` the SGLang 0.5.16
-# drop-in suites, SGLang's own unit tests and the drop-in bench with the pool on CUDA (see
-# the part below; not in the default list). Each part fits one device call (< 10 min).
+# drop-in suites and SGLang's own unit tests with the pool on CUDA, `sglang-bench` the
+# per-step bench under SGLang 0.5.16 (see those parts below; neither is in the default
+# list). Each part fits one device call (< 10 min).
 # Installs the prebuilt abi3 wheel into a temporary directory (the GPU machine has no Rust).
 set -uo pipefail
 wheel=$1; out=$2; commit=${3:-unknown}
@@ -58,25 +59,31 @@ if [[ " $parts " == *" bench "* ]]; then
   python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; grep -A6 "Host time" "$out/step-h200.md"
 fi
 
-if [[ " $parts " == *" sglang "* ]]; then
+if [[ " $parts " == *" sglang "* || " $parts " == *" sglang-bench "* ]]; then
   # SGLang 0.5.16 with the pool on CUDA (docs/SGLANG.md, "On the GPU machine"). Needs
-  # .gpu/sgl016 (benches/prepare_peer_wheels.sh --sglang 0.5.16) and SGLang's six upstream
-  # test files in $UKV_UPSTREAM (default .gpu/upstream016), both carried. Steps, in order
-  # (SGLANG_STEPS picks some; the install always runs first):
+  # .gpu/sgl016 (benches/prepare_peer_wheels.sh --sglang 0.5.16) carried, and for
+  # `upstream` SGLang's six upstream test files in $UKV_UPSTREAM (default .gpu/upstream016).
+  # Steps, in order (SGLANG_STEPS picks some; the install always runs first):
+  #   part sglang:
   #   tests        the drop-in suites on the stand-in bases
   #   real         tests/test_sglang_dropin_real.py (children inherit UKV_TEST_DEVICE=cuda)
   #   device       where the real suite's child puts the pools (its exact configuration)
   #   memsaver     tests/test_sglang_memory_saver.py (SGLang's memory saver, a CUDA graph)
   #   upstream     SGLang's own unit tests, on SGLang's code and on the drop-in
-  #   bench-lazy, bench-eager   benches/bench_sglang_dropin.py
   #   scheduler    tests/test_sglang_scheduler.py, once it exists
+  #   part sglang-bench:
+  #   bench        benches/bench_sglang_dropin.py, every row it can start until BENCH_TAIL
+  #                (default 120) s before the part's end (it rewrites its files after each row)
   # Each step has a time limit, cut to what is left of SGLANG_SECONDS (default 540) so the
   # part ends inside one 600-s call; a step left under 20 s is skipped and says so (run it
   # again in a second call with SGLANG_STEPS). Files: sglang.log (every step's whole output),
-  # sglang-upstream-cuda.md/.json, sglang-dropin-cuda-lazy.md, sglang-dropin-cuda-eager.md.
+  # sglang-upstream-cuda.md/.json, sglang-step-cuda.md/.json.
   sg_start=$SECONDS; sg_budget=${SGLANG_SECONDS:-540}
   sg=/tmp/sgl016; up=${UKV_UPSTREAM:-.gpu/upstream016}; log=$out/sglang.log
-  steps=" ${SGLANG_STEPS:-tests real device memsaver upstream bench-lazy bench-eager scheduler} "
+  steps=
+  [[ " $parts " == *" sglang "* ]] && steps+=" tests real device memsaver upstream scheduler"
+  [[ " $parts " == *" sglang-bench "* ]] && steps+=" bench"
+  steps=" ${SGLANG_STEPS:-$steps} "
   export UKV_SGLANG_PATH=$sg UKV_TEST_DEVICE=cuda UKV_COMMIT=$commit UKV_REQUIRE_SGLANG=1
   export UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS}
   unset TRITON_INTERPRET
@@ -127,17 +134,17 @@ EOF
     python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_memory_saver.py"
   [[ "$steps" == *" upstream "* ]] && step upstream 300 python3 benches/sglang_upstream.py \
     --device cuda --tests "$up" --sglang-path "$sg" "${stub_args[@]}" --timeout 140 --out "$out"
-  for mode in lazy eager; do
-    flag=--lazy; [ $mode = eager ] && flag=--no-lazy
-    [[ "$steps" == *" bench-$mode "* ]] && step bench-$mode 120 python3 benches/bench_sglang_dropin.py \
-      --device cuda --sglang-path "$sg" $flag --out "$out/sglang-dropin-cuda-$mode.md"
-  done
   if [[ "$steps" == *" scheduler "* ]]; then  # hook: SGLang's scheduler driven over the drop-in
     if [ -f tests/test_sglang_scheduler.py ]; then
       step scheduler 180 python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_scheduler.py
     else
       echo ">> scheduler: no tests/test_sglang_scheduler.py in this tree" | tee -a "$log"
     fi
+  fi
+  if [[ "$steps" == *" bench "* ]]; then
+    left=$(( sg_budget - (SECONDS - sg_start) ))
+    step bench "$left" python3 benches/bench_sglang_dropin.py --device cuda --sglang-path "$sg" \
+      --max-seconds $(( left - ${BENCH_TAIL:-120} )) --out "$out/sglang-step-cuda.md"
   fi
   echo "sglang part took $((SECONDS - sg_start)) s" | tee -a "$log"
 fi
