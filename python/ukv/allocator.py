@@ -54,6 +54,7 @@ class SubPoolAllocator:
         self._tables = runtime.tables[index]
         self._lock = runtime.lock
         self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
+        self._slots_fast: dict[torch.dtype, TranslateLauncher | None] = {}
         self._v2p_ro = read_only(self._tables.v2p, f"v2p of sub-pool {self.name!r}")
         self._p2v_ro = read_only(self._tables.p2v, f"p2v of sub-pool {self.name!r}")
         self._bind_core()
@@ -459,6 +460,42 @@ class SubPoolAllocator:
                 return res
         with self._rt.on_device():
             return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
+
+    def translate_slots(
+        self,
+        ids: torch.Tensor,
+        *,
+        out: torch.Tensor | None = None,
+        out_dtype: torch.dtype = torch.int64,
+    ) -> torch.Tensor:
+        """State-slot translate (page size 1): virtual slots → physical slots in one
+        launch; what names no live slot stays -1 ("no state"), and so do -1 (padding) and
+        slot 0 (the padding anchor). No host synchronisation; graph-capturable.
+
+        Args:
+            ids: shape ``[N]`` int32/int64 on the tables' device.
+            out: optional shape ``[N]`` ``out_dtype`` on the same device; written in
+                place and returned; may alias ``ids``.
+            out_dtype: ``torch.int64`` or ``torch.int32`` (SGLang's state kernels).
+
+        Raises:
+            ArgumentError: wrong dtype, shape or device of ``ids`` or ``out``, or a paged
+                sub-pool.
+        """
+        if self._rt.poisoned is not None:
+            self._rt.check_usable()
+        fast = self._slots_fast.get(out_dtype)
+        if fast is None and out_dtype in ops.TRANSLATE_OUT_DTYPES:
+            fast = TranslateLauncher.for_table(self._tables.v2p, 1, True, out_dtype)
+            self._slots_fast[out_dtype] = fast
+        if fast is not None and self.page_size == 1:
+            res = fast(ids, out)
+            if res is not None:
+                return res
+        with self._rt.on_device():
+            return ops.translate(
+                ids, self._tables.v2p, self.page_size, out=out, out_dtype=out_dtype, slots=True
+            )
 
     def __repr__(self) -> str:
         wm, live, holes, pending, _ = self._arena.pool_state(self._index)

@@ -90,7 +90,7 @@ class _MambaPool:
 
         def at_layer_idx(self, layer: int) -> Any:
             """The same record for one layer (lists indexed element-wise, as SGLang's)."""
-            kwargs = {}
+            kwargs: dict[str, Any] = {}
             for f in dataclasses.fields(self):
                 v = getattr(self, f.name)
                 kwargs[f.name] = (

@@ -14,7 +14,7 @@ import torch
 
 from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.allocator import MultiEndedAllocator
-from ukv.integrations.sglang.errors import SGLangConfigError
+from ukv.integrations.sglang.errors import SGLangConfigError, translated
 from ukv.integrations.sglang.kvcache import UnifiedMambaPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
@@ -38,13 +38,15 @@ class UnifiedMambaSlotAllocator:
         self._device = device
         self._alloc_iter: Any = None
 
-    def translate(self, virtual_ids: torch.Tensor) -> torch.Tensor:
-        """Virtual slot ids -> physical slots, int64; −1 (padding) stays −1, and so does
-        an id that names no live slot."""
-        v2p = self._multi_ended_allocator.virtual_to_physical
-        idx = virtual_ids.to(torch.int64).to(v2p.device).clamp(-1, v2p.numel() - 1)
-        # Row -1 of v2p is its -1 sentinel; slot 0 (the padding anchor) is no request's.
-        return v2p[idx.masked_fill(idx == 0, -1)].to(virtual_ids.device)
+    def translate(
+        self, virtual_ids: torch.Tensor, out_dtype: torch.dtype = torch.int64
+    ) -> torch.Tensor:
+        """Virtual slot ids -> physical slots (one launch on CUDA); −1 (padding) stays
+        −1, and so does an id that names no live slot (slot 0, the padding anchor,
+        included)."""
+        sub = self._multi_ended_allocator._sub
+        with translated():
+            return sub.translate_slots(virtual_ids.to(sub.v2p.device), out_dtype=out_dtype)
 
     @property
     def virtual_to_physical(self) -> torch.Tensor:
@@ -182,4 +184,4 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     def translate_mamba_indices(self, virtual_ids: torch.Tensor) -> torch.Tensor:
         """Virtual state slots -> physical slots, int32; −1 (padding) stays −1."""
         assert self.mamba_allocator is not None, "wired by init_unified_mamba_pools"
-        return self.mamba_allocator.translate(virtual_ids).to(torch.int32)
+        return self.mamba_allocator.translate(virtual_ids, out_dtype=torch.int32)
