@@ -129,6 +129,19 @@ class _V23Surface:
 
     # ----- hand-out ---------------------------------------------------------------------------
 
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """The 0.5.16 drop-in's ``alloc``, the pages it opened zeroed (as SGLang 0.5.23)."""
+        return self._zero_new_pages(super().alloc(need_size))  # type: ignore[misc]
+
+    def alloc_extend(self, *args: Any, **kwargs: Any) -> torch.Tensor | None:
+        """The 0.5.16 drop-in's ``alloc_extend``, new pages zeroed."""
+        return self._zero_new_pages(super().alloc_extend(*args, **kwargs))  # type: ignore[misc]
+
+    def alloc_decode(self, seq_lens: Any, seq_lens_cpu: Any, last_loc: Any) -> torch.Tensor | None:
+        """The 0.5.16 drop-in's ``alloc_decode``, a new page zeroed."""
+        out = super().alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[misc]
+        return self._zero_new_pages(out)
+
     def _zero_new_pages(self, tokens: torch.Tensor | None) -> torch.Tensor | None:
         """Zero the page envelopes an allocation opened on each K/V side, as SGLang 0.5.23
         does, so a page's never-written slots read as zeros (finite), whatever a
@@ -266,18 +279,6 @@ class UnifiedMambaTokenToKVPoolAllocator(
 
     def _members(self) -> tuple[Any, ...]:
         return (self.full_attn_allocator, self.mamba_allocator)
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """Full-side tokens (pages zeroed on hand-out)."""
-        return self._zero_new_pages(super().alloc(need_size))
-
-    def alloc_extend(self, *args: Any, **kwargs: Any) -> torch.Tensor | None:
-        """Full-side extend (new pages zeroed)."""
-        return self._zero_new_pages(super().alloc_extend(*args, **kwargs))
-
-    def alloc_decode(self, seq_lens: Any, seq_lens_cpu: Any, last_loc: Any) -> torch.Tensor | None:
-        """Full-side decode (a new page zeroed)."""
-        return self._zero_new_pages(super().alloc_decode(seq_lens, seq_lens_cpu, last_loc))
 
     def clear(self) -> None:
         """Free everything on both sides."""
@@ -422,18 +423,6 @@ class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator)
         return self.swa_attn_allocator.translate_kv_loc(kv_indices.to(torch.int64))
 
     # ----- allocation -------------------------------------------------------------------------
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """Tokens on both sides in one plan (pages zeroed on hand-out)."""
-        return self._zero_new_pages(super().alloc(need_size))
-
-    def alloc_extend(self, *args: Any, **kwargs: Any) -> torch.Tensor | None:
-        """Extend on both sides in one plan (new pages zeroed)."""
-        return self._zero_new_pages(super().alloc_extend(*args, **kwargs))
-
-    def alloc_decode(self, seq_lens: Any, seq_lens_cpu: Any, last_loc: Any) -> torch.Tensor | None:
-        """Decode on both sides in one plan (a new page zeroed)."""
-        return self._zero_new_pages(super().alloc_decode(seq_lens, seq_lens_cpu, last_loc))
 
     def alloc_extend_swa_tail(
         self,
