@@ -612,9 +612,7 @@ impl Arena {
         debug_assert!(self.can_extend(i, n - n_holes), "frontier rule would break");
         let pool = &mut self.pools[i];
         let plan = &mut self.plan.pools[i];
-        for &v in &self.plan.pages[..n_holes as usize] {
-            pool.bind_hole(v, plan);
-        }
+        pool.bind_holes(&self.plan.pages[..n_holes as usize], plan);
         pool.bind_extension(&self.plan.pages[n_holes as usize..], plan);
     }
 

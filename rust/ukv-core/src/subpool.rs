@@ -687,6 +687,34 @@ impl SubPool {
         }
     }
 
+    /// Bind `vpages[i]` to the i-th front hole (FIFO); the arena only calls this with at
+    /// most as many pages as there are holes. The rows come out as from one
+    /// [`SubPool::bind_hole`] per page; a batch writes them as slices.
+    pub(crate) fn bind_holes(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
+        let n = vpages.len().min(self.holes.len());
+        if n <= SMALL_BATCH {
+            vpages.iter().for_each(|&v| self.bind_hole(v, plan));
+            return;
+        }
+        let vpages = &vpages[..n];
+        let (front, back) = self.holes.as_slices();
+        let k = n.min(front.len());
+        let (h1, h2) = (&front[..k], &back[..n - k]);
+        let (v2p, p2v) = (&mut self.v2p[..], &mut self.p2v[..]);
+        for (&v, &p) in vpages.iter().zip(h1.iter().chain(h2)) {
+            v2p[v as usize] = p;
+            p2v[p as usize] = v;
+        }
+        plan.v2p_rows.extend_from_slice(vpages);
+        plan.v2p_vals.extend_from_slice(h1);
+        plan.v2p_vals.extend_from_slice(h2);
+        plan.p2v_rows.extend_from_slice(h1);
+        plan.p2v_rows.extend_from_slice(h2);
+        plan.p2v_vals.extend_from_slice(vpages);
+        self.holes.drain(..n);
+        self.live += n;
+    }
+
     #[inline(always)]
     pub(crate) fn bind(&mut self, v: i64, p: i64, plan: &mut PoolPlan) {
         self.v2p[v as usize] = p;
