@@ -690,6 +690,7 @@ impl SubPool {
     /// Bind `vpages[i]` to the i-th front hole (FIFO); the arena only calls this with at
     /// most as many pages as there are holes. The rows come out as from one
     /// [`SubPool::bind_hole`] per page; a batch writes them as slices.
+    #[inline(never)] // the batch path: kept out of the callers' small-alloc frames
     pub(crate) fn bind_holes(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let n = vpages.len().min(self.holes.len());
         if n <= SMALL_BATCH {
