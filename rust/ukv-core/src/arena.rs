@@ -405,6 +405,8 @@ impl Arena {
         self.plan.reset();
         let ok = if num_pages == 1 && self.middle != Some(i) {
             self.alloc_one(i)
+        } else if num_pages <= SMALL_BATCH && num_pages > 0 && self.middle != Some(i) {
+            self.alloc_few(i, num_pages)
         } else {
             let ok = self.alloc_pages(i, num_pages);
             if ok {
@@ -433,6 +435,48 @@ impl Arena {
             self.plan.tokens.push(v);
         } else {
             self.plan.tokens.extend(v * ps..(v + 1) * ps);
+        }
+        true
+    }
+
+    /// [`Arena::alloc`] of `2..=SMALL_BATCH` pages on an end band (a request's few pages):
+    /// the state and plan of `alloc_pages` + `expand_tokens` (ids from the front, holes
+    /// first, then one fresh ascending run), written page by page in one pass without
+    /// going through `plan.pages` three times.
+    fn alloc_few(&mut self, i: usize, n: usize) -> bool {
+        if n > self.pools[i].free_ids.len() || !self.make_room(i, n as i64) {
+            return false;
+        }
+        let pool = &mut self.pools[i];
+        let plan = &mut self.plan.pools[i];
+        let n_holes = pool.holes.len().min(n);
+        let mut next = pool.take_fresh((n - n_holes) as i64);
+        let ps = pool.geo.page_size as i64;
+        for k in 0..n {
+            // `n <= free_ids.len()` was checked above: every pop yields an id.
+            let Some(v) = pool.free_ids.pop_front() else {
+                break;
+            };
+            // Holes first (FIFO), then the fresh run; an eager pool has no holes to pop.
+            let hole = if k < n_holes {
+                pool.holes.pop_front()
+            } else {
+                None
+            };
+            let p = match hole {
+                Some(h) => h,
+                None => {
+                    next += 1;
+                    next - 1
+                }
+            };
+            pool.bind(v, p, plan);
+            self.plan.pages.push(v);
+            if ps == 1 {
+                self.plan.tokens.push(v);
+            } else {
+                self.plan.tokens.extend(v * ps..(v + 1) * ps);
+            }
         }
         true
     }
@@ -568,9 +612,7 @@ impl Arena {
         debug_assert!(self.can_extend(i, n - n_holes), "frontier rule would break");
         let pool = &mut self.pools[i];
         let plan = &mut self.plan.pools[i];
-        for &v in &self.plan.pages[..n_holes as usize] {
-            pool.bind_hole(v, plan);
-        }
+        pool.bind_holes(&self.plan.pages[..n_holes as usize], plan);
         pool.bind_extension(&self.plan.pages[n_holes as usize..], plan);
     }
 

@@ -89,24 +89,26 @@ impl SubPool {
     /// Move the watermark inwards over holes that touch it; a middle band also raises its
     /// base over holes at its low end (both ends of a floating band are frontiers).
     fn absorb_boundary_holes(&mut self) {
+        // Holes are sorted ascending and distinct here: the ones that touch a frontier are
+        // a run at one end of the list, counted first and dropped at once.
         match self.geo.direction {
             Direction::Up | Direction::Middle => {
-                while self.holes.back() == Some(&(self.wm - 1)) {
-                    self.holes.pop_back();
-                    self.wm -= 1;
-                }
+                let wm = self.wm;
+                let k = run_len(self.holes.iter().rev(), |j| wm - 1 - j);
+                self.holes.truncate(self.holes.len() - k);
+                self.wm -= k as i64;
                 if self.geo.direction == Direction::Middle {
-                    while self.holes.front() == Some(&self.base) {
-                        self.holes.pop_front();
-                        self.base += 1;
-                    }
+                    let base = self.base;
+                    let k = run_len(self.holes.iter(), |j| base + j);
+                    self.holes.drain(..k);
+                    self.base += k as i64;
                 }
             }
             Direction::Down => {
-                while self.holes.front() == Some(&(self.wm + 1)) {
-                    self.holes.pop_front();
-                    self.wm += 1;
-                }
+                let wm = self.wm;
+                let k = run_len(self.holes.iter(), |j| wm + 1 + j);
+                self.holes.drain(..k);
+                self.wm += k as i64;
             }
         }
     }
@@ -218,7 +220,7 @@ impl SubPool {
         }
         match latest {
             None => {
-                self.holes.extend(vacated.iter().copied());
+                self.holes.extend(vacated.iter());
                 true
             }
             Some(token) => {
@@ -274,4 +276,12 @@ impl SubPool {
             None => self.write_sets.push((token, pages)),
         }
     }
+}
+
+/// How many leading `pages` are `expected(0), expected(1), ...`.
+fn run_len<'a>(pages: impl Iterator<Item = &'a i64>, expected: impl Fn(i64) -> i64) -> usize {
+    pages
+        .zip(0..)
+        .take_while(|&(&p, j)| p == expected(j))
+        .count()
 }

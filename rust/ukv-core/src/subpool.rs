@@ -517,26 +517,21 @@ impl SubPool {
     /// anything is off. Duplicate pages are found as in `collect_live_pages`.
     fn collect_whole_pages(&mut self, tokens: &[i64], out: &mut Vec<i64>) -> bool {
         let ps = self.geo.page_size as i64;
+        if !page_runs(tokens, ps as usize) {
+            return false;
+        }
         let (shift, first, span) = self.page_range_params();
         out.reserve(tokens.len() / ps as usize);
         let mut prev = -1i64;
         let mut gen = None;
-        for chunk in tokens.chunks_exact(ps as usize) {
-            let base = chunk[0];
-            // Offsets by wrapping difference: `base + k` may not exist near i64::MAX. A fold
-            // without early exit, so the compiler can vectorize it.
+        for &base in tokens.iter().step_by(ps as usize) {
             // For a power-of-two page size, a mask and an arithmetic shift give the same
             // (floored) remainder and page as `rem_euclid` / `div_euclid`, without a divide.
             let (aligned, page) = match shift {
                 Some(s) => (base & (ps - 1) == 0, base >> s),
                 None => (base.rem_euclid(ps) == 0, base.div_euclid(ps)),
             };
-            let whole = aligned
-                && chunk
-                    .iter()
-                    .enumerate()
-                    .fold(true, |ok, (k, &t)| ok & (t.wrapping_sub(base) == k as i64));
-            if !whole
+            if !aligned
                 || page.wrapping_sub(first) as u64 >= span
                 || self.v2p[page as usize] == TOMBSTONE
             {
@@ -617,19 +612,25 @@ impl SubPool {
     /// ascending. The arena has checked the frontier and the index room.
     #[inline(always)]
     pub(crate) fn bind_extension(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
-        let n = vpages.len() as i64;
-        let start = match self.geo.direction {
+        let start = self.take_fresh(vpages.len() as i64);
+        self.bind_run(start, vpages, plan);
+    }
+
+    /// Advance the watermark by `n` fresh pages (the arena has checked the frontier) and
+    /// return the first of them: they are `start..start + n`, ascending, as
+    /// [`SubPool::bind_extension`] binds them.
+    #[inline(always)]
+    pub(crate) fn take_fresh(&mut self, n: i64) -> i64 {
+        match self.geo.direction {
             Direction::Up | Direction::Middle => {
-                let s = self.wm;
                 self.wm += n;
-                s
+                self.wm - n
             }
             Direction::Down => {
                 self.wm -= n;
                 self.wm + 1
             }
-        };
-        self.bind_run(start, vpages, plan);
+        }
     }
 
     /// Middle band: grow at the low end, binding `vpages[i]` to the i-th of the fresh pages
@@ -652,8 +653,9 @@ impl SubPool {
         }
         // The fresh pages are one ascending run: write p2v and the plan rows as slices.
         let run = start..start + n;
+        let v2p = &mut self.v2p[..]; // a slice: its address stays in a register
         for (p, &v) in run.clone().zip(vpages) {
-            self.v2p[v as usize] = p;
+            v2p[v as usize] = p;
         }
         self.p2v[start as usize..(start + n) as usize].copy_from_slice(vpages);
         plan.v2p_rows.extend_from_slice(vpages);
@@ -685,8 +687,37 @@ impl SubPool {
         }
     }
 
+    /// Bind `vpages[i]` to the i-th front hole (FIFO); the arena only calls this with at
+    /// most as many pages as there are holes. The rows come out as from one
+    /// [`SubPool::bind_hole`] per page; a batch writes them as slices.
+    #[inline(never)] // the batch path: kept out of the callers' small-alloc frames
+    pub(crate) fn bind_holes(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
+        let n = vpages.len().min(self.holes.len());
+        if n <= SMALL_BATCH {
+            vpages.iter().for_each(|&v| self.bind_hole(v, plan));
+            return;
+        }
+        let vpages = &vpages[..n];
+        let (front, back) = self.holes.as_slices();
+        let k = n.min(front.len());
+        let (h1, h2) = (&front[..k], &back[..n - k]);
+        let (v2p, p2v) = (&mut self.v2p[..], &mut self.p2v[..]);
+        for (&v, &p) in vpages.iter().zip(h1.iter().chain(h2)) {
+            v2p[v as usize] = p;
+            p2v[p as usize] = v;
+        }
+        plan.v2p_rows.extend_from_slice(vpages);
+        plan.v2p_vals.extend_from_slice(h1);
+        plan.v2p_vals.extend_from_slice(h2);
+        plan.p2v_rows.extend_from_slice(h1);
+        plan.p2v_rows.extend_from_slice(h2);
+        plan.p2v_vals.extend_from_slice(vpages);
+        self.holes.drain(..n);
+        self.live += n;
+    }
+
     #[inline(always)]
-    fn bind(&mut self, v: i64, p: i64, plan: &mut PoolPlan) {
+    pub(crate) fn bind(&mut self, v: i64, p: i64, plan: &mut PoolPlan) {
         self.v2p[v as usize] = p;
         self.p2v[p as usize] = v;
         plan.set_v2p(v, p);
@@ -699,46 +730,29 @@ impl SubPool {
     pub(crate) fn release(&mut self, vpages: &[i64], plan: &mut PoolPlan) {
         let mut freed = std::mem::take(&mut self.scratch);
         freed.clear();
-        let (v2p, p2v) = (&mut self.v2p, &mut self.p2v);
-        let mut unbind = |v: i64| {
-            let p = std::mem::replace(&mut v2p[v as usize], TOMBSTONE);
-            p2v[p as usize] = TOMBSTONE;
-            p
-        };
         // Eager: only the freed pages that stay inside the new band matter (they receive
         // the survivors), so only they are kept, noting whether they come ascending.
         let k = vpages.len() as i64;
-        let mut ascending = true;
-        if self.lazy {
-            freed.extend(vpages.iter().map(|&v| unbind(v)));
-        } else {
-            let mut prev = i64::MIN;
-            let mut keep = |p: i64| {
-                ascending &= prev <= p;
-                prev = p;
-                freed.push(p);
-            };
-            match self.geo.direction {
-                Direction::Up | Direction::Middle => {
-                    let new_wm = self.wm - k;
-                    for &v in vpages {
-                        let p = unbind(v);
-                        if p < new_wm {
-                            keep(p);
-                        }
-                    }
-                }
-                Direction::Down => {
-                    let new_wm = self.wm + k;
-                    for &v in vpages {
-                        let p = unbind(v);
-                        if p > new_wm {
-                            keep(p);
-                        }
-                    }
-                }
+        let (v2p, p2v) = (&mut self.v2p[..], &mut self.p2v[..]);
+        let ascending = match (self.lazy, self.geo.direction) {
+            (true, _) => {
+                // Every freed page becomes a hole: one exact-size extend.
+                freed.extend(vpages.iter().map(|&v| {
+                    let p = std::mem::replace(&mut v2p[v as usize], TOMBSTONE);
+                    p2v[p as usize] = TOMBSTONE;
+                    p
+                }));
+                true // unused: holes are sorted when a flush needs them
             }
-        }
+            (false, Direction::Up | Direction::Middle) => {
+                let new_wm = self.wm - k;
+                unbind_pages(v2p, p2v, vpages, &mut freed, |p| p < new_wm)
+            }
+            (false, Direction::Down) => {
+                let new_wm = self.wm + k;
+                unbind_pages(v2p, p2v, vpages, &mut freed, |p| p > new_wm)
+            }
+        };
         plan.set_v2p_all(vpages, TOMBSTONE);
         if self.owner.is_none() {
             if vpages.len() <= SMALL_BATCH {
@@ -750,7 +764,7 @@ impl SubPool {
         self.live -= vpages.len();
         if self.lazy {
             plan.set_p2v_all(&freed, TOMBSTONE);
-            self.holes.extend(freed.iter().copied());
+            self.holes.extend(freed.iter());
         } else {
             // The p2v rows of the freed pages are recorded by the compaction, which knows
             // which of them stay tombstones and which receive a survivor.
@@ -856,6 +870,73 @@ impl SubPool {
     }
 }
 
+/// Whether each chunk of `ps` tokens (`tokens.len()` is a multiple of `ps`) counts up by
+/// one from its first token: `base, base + 1, ..., base + ps - 1`, by wrapping arithmetic
+/// (`base + k` may not exist near `i64::MAX`). One pass over the tokens without early exit,
+/// an OR of XORs; common page sizes get a constant chunk length, which the compiler
+/// unrolls and vectorizes (a run-time length costs a vector prologue per page).
+fn page_runs(tokens: &[i64], ps: usize) -> bool {
+    match ps {
+        2 => page_runs_of::<2>(tokens),
+        4 => page_runs_of::<4>(tokens),
+        8 => page_runs_of::<8>(tokens),
+        16 => page_runs_of::<16>(tokens),
+        32 => page_runs_of::<32>(tokens),
+        64 => page_runs_of::<64>(tokens),
+        _ => tokens.chunks_exact(ps).all(|c| run_mismatch(c) == 0),
+    }
+}
+
+fn page_runs_of<const PS: usize>(tokens: &[i64]) -> bool {
+    // Blocks of pages, each folded without early exit (vectorized), with an exit between
+    // blocks: tokens laid out otherwise (one per page, say) are rejected after one block.
+    tokens.chunks(PS * RUN_BLOCK_PAGES).all(|block| {
+        block
+            .chunks_exact(PS)
+            .fold(0, |acc, c| acc | run_mismatch(c))
+            == 0
+    })
+}
+
+/// Pages per block of [`page_runs_of`].
+const RUN_BLOCK_PAGES: usize = 16;
+
+/// Zero when `chunk` is `base, base + 1, ...` (`base = chunk[0]`), else nonzero.
+#[inline(always)]
+fn run_mismatch(chunk: &[i64]) -> i64 {
+    let base = chunk[0];
+    chunk
+        .iter()
+        .enumerate()
+        .fold(0, |acc, (k, &t)| acc | (t ^ base.wrapping_add(k as i64)))
+}
+
+/// Unbind validated live pages `vpages` from both tables, appending to `kept` the physical
+/// pages `keep` accepts; returns whether those came ascending. Takes the tables as slices
+/// so the loop keeps their addresses in registers (through `&mut Vec` fields the compiler
+/// reloads them after every store).
+#[inline(always)]
+fn unbind_pages(
+    v2p: &mut [i64],
+    p2v: &mut [i64],
+    vpages: &[i64],
+    kept: &mut Vec<i64>,
+    keep: impl Fn(i64) -> bool,
+) -> bool {
+    let mut ascending = true;
+    let mut prev = i64::MIN;
+    for &v in vpages {
+        let p = std::mem::replace(&mut v2p[v as usize], TOMBSTONE);
+        p2v[p as usize] = TOMBSTONE;
+        if keep(p) {
+            ascending &= prev <= p;
+            prev = p;
+            kept.push(p);
+        }
+    }
+    ascending
+}
+
 /// Whether `v` is sorted ascending (`slice::is_sorted` is newer than the MSRV).
 pub(crate) fn is_ascending(v: &[i64]) -> bool {
     v.windows(2).all(|w| w[0] <= w[1])
@@ -877,5 +958,43 @@ fn table_error(spec: &PoolSpec, rows: usize) -> UkvError {
         reason: "the page tables cannot be allocated on this host; use a smaller buffer or \
                  larger entries"
             .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_runs;
+
+    /// The definition `page_runs` must agree with: each chunk's k-th token is its first
+    /// plus k (wrapping).
+    fn naive(tokens: &[i64], ps: usize) -> bool {
+        tokens.chunks_exact(ps).all(|c| {
+            c.iter()
+                .enumerate()
+                .all(|(k, &t)| t.wrapping_sub(c[0]) == k as i64)
+        })
+    }
+
+    #[test]
+    fn page_runs_agrees_with_its_definition_at_every_page_size() {
+        for ps in 1..=70usize {
+            for base in [0i64, 16 * 7, 3, i64::MAX - 2, i64::MIN] {
+                let good: Vec<i64> = (0..3)
+                    .flat_map(|p| (0..ps as i64).map(move |k| base.wrapping_add(p * 1000 + k)))
+                    .collect();
+                assert!(page_runs(&good, ps), "ps {ps} base {base}");
+                assert_eq!(page_runs(&good, ps), naive(&good, ps));
+                // Any single token off by one anywhere breaks its page's run (a page's first
+                // token moves the whole run, so only later offsets are bent).
+                for j in 0..good.len() {
+                    let mut bad = good.clone();
+                    bad[j] = bad[j].wrapping_add(1);
+                    assert_eq!(page_runs(&bad, ps), naive(&bad, ps), "ps {ps} j {j}");
+                    if j % ps != 0 {
+                        assert!(!page_runs(&bad, ps), "ps {ps} base {base} j {j}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -1491,3 +1491,59 @@ fn urgent_flush_lists_each_wait_token_once() {
     assert_eq!(b.plan().wait_tokens, vec![4]);
     b.check_invariants().unwrap();
 }
+
+/// A lazy alloc of more pages than the small-batch cutoff takes the holes in the order they
+/// were made (FIFO), then a fresh run, on both band directions, with every changed table
+/// row in the plan once with its final value: the batch path writes the hole bindings as
+/// slices, and must plan exactly what one binding per page plans.
+#[test]
+fn lazy_batch_alloc_takes_holes_fifo_then_fresh_pages() {
+    for pool in [FULL, MAMBA] {
+        let mut a = full_mamba(256, 256, true);
+        let pages = alloc(&mut a, pool, 40);
+        // Holes in a scattered order (not ascending, not the band's order).
+        let freed: Vec<i64> = [7, 31, 2, 19, 23, 11, 5, 37, 13, 29, 3, 17]
+            .iter()
+            .map(|&k| pages[k])
+            .collect();
+        let hole_order = physs(&a, pool, &freed);
+        for &v in &freed {
+            free(&mut a, pool, &[v]); // one at a time: the holes queue in this order
+        }
+        assert_eq!(a.pool(pool).num_holes(), freed.len());
+        let wm = a.pool(pool).watermark();
+        let got = alloc(&mut a, pool, freed.len() + 5);
+        let p = physs(&a, pool, &got);
+        assert_eq!(&p[..freed.len()], &hole_order[..], "holes reused FIFO");
+        let step = if pool == FULL { 1 } else { -1 };
+        let fresh: Vec<i64> = (0..5).map(|k| wm + step * k).collect();
+        let mut fresh_sorted = fresh.clone();
+        fresh_sorted.sort_unstable();
+        assert_eq!(
+            &p[freed.len()..],
+            &fresh_sorted[..],
+            "then one ascending fresh run"
+        );
+        let plan = &a.plan().pools[pool];
+        let rows: BTreeMap<i64, i64> = plan
+            .v2p_rows
+            .iter()
+            .copied()
+            .zip(plan.v2p_vals.iter().copied())
+            .collect();
+        assert_eq!(rows.len(), got.len());
+        for (&v, &pv) in got.iter().zip(&p) {
+            assert_eq!(rows[&v], pv);
+        }
+        let prow: BTreeMap<i64, i64> = plan
+            .p2v_rows
+            .iter()
+            .copied()
+            .zip(plan.p2v_vals.iter().copied())
+            .collect();
+        for (&v, &pv) in got.iter().zip(&p) {
+            assert_eq!(prow[&pv], v);
+        }
+        assert_eq!(a.pool(pool).num_holes(), 0);
+    }
+}
