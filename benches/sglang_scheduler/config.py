@@ -1,0 +1,86 @@
+"""One run's configuration, and the matrix the tests and the results table run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+#: Tree caches: ``radix`` is what SGLang 0.5.16's ``create_tree_cache`` builds for a hybrid
+#: model (``UnifiedRadixCache`` with the SWA or Mamba component); ``hybrid`` is the
+#: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``); ``chunk`` is
+#: ``--disable-radix-cache`` (``SWAChunkCache`` / ``ChunkCache``).
+CACHES = ("radix", "hybrid", "chunk")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A configuration of the model stand-in, the pool and the trace.
+
+    The pool sizes are SGLang's: tokens per layer for the SWA hybrid
+    (``full_tokens``/``swa_tokens``, what ``get_tokens_per_layer_info`` reports), KV tokens
+    and state slots for the Mamba hybrid (``full_tokens``/``mamba_slots``). Both pools of a
+    comparison get the same numbers, so the same bytes.
+    """
+
+    pool: str = "ukv"  # "sglang" (SGLang's own unified pool) or "ukv" (the drop-in)
+    hybrid: str = "swa"  # "swa" or "mamba"
+    page_size: int = 1
+    lazy: bool = True
+    cache: str = "radix"
+    device: str = "cpu"
+    steps: int = 12  # scheduler iterations with arrivals; then the trace drains
+    seed: int = 0
+    # Model stand-in: one layer of each kind by default (SGLang's K/V store is a Triton
+    # kernel whose every program the CPU interprets: the writes are the CPU's cost).
+    full_layers: tuple[int, ...] = (1,)
+    other_layers: tuple[int, ...] = (0,)  # SWA or Mamba layer ids
+    head_num: int = 2
+    head_dim: int = 4
+    window: int = 16  # sliding window (SWA hybrid)
+    context_len: int = 256
+    # Pool (per page size 1; page size 16 gets 2x: a request wastes up to a page a side).
+    full_tokens: int = 160
+    swa_tokens: int = 96
+    mamba_slots: int = 8
+    max_running: int = 8
+    # Scheduler.
+    chunked_prefill: int = 32
+    max_prefill_tokens: int = 64
+    overlap: bool = True  # SGLang's overlap loop (Mamba with radix cache: off, as SGLang)
+    swa_eviction_interval: int = 2
+    # SGLang's --schedule-conservativeness: low, so admission counts on few new tokens
+    # per running request and decode runs out of memory (retraction) in short traces.
+    conservativeness: float = 0.3
+    # Trace.
+    arrival_rate: float = 1.0  # mean requests per iteration
+    num_prefixes: int = 2
+    prefix_len: tuple[int, int] = (8, 40)
+    suffix_len: tuple[int, int] = (2, 16)
+    output_len: tuple[int, int] = (4, 48)
+    vocab: int = 1000
+    # GPU only: microseconds each forward sleeps on its stream before writing.
+    forward_delay_us: int = 0
+
+    @property
+    def name(self) -> str:
+        mode = "lazy" if self.lazy else "eager"
+        layers = f"{len(self.full_layers)}f{len(self.other_layers)}{self.hybrid[0]}"
+        return f"{self.hybrid}-ps{self.page_size}-{mode}-{self.cache}-{layers}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> Config:
+        fields = {f.name for f in dataclasses.fields(Config)}
+        clean = {k: tuple(v) if isinstance(v, list) else v for k, v in obj.items() if k in fields}
+        return Config(**clean)
+
+
+def dumps(configs: list[Config]) -> str:
+    return json.dumps([c.to_json() for c in configs])
+
+
+def loads(text: str) -> list[Config]:
+    return [Config.from_json(o) for o in json.loads(text)]
