@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from sglang_scheduler import bootstrap
-from sglang_scheduler.config import CACHES, Config, loads
+from sglang_scheduler.config import CACHES, Config, loads, make
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Config]]:
@@ -40,7 +40,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Confi
     )
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--more-swa", action="store_true", help="4 SWA layers and 2 full ones")
+    p.add_argument("--more-swa", action="store_true", help="3 SWA layers and 1 full one")
     p.add_argument("--scale", type=int, default=1, help="multiply pool sizes and arrival rate")
     p.add_argument(
         "--forward-delay-us", type=int, default=0, help="CUDA: each forward sleeps first"
@@ -50,59 +50,41 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Confi
     )
     p.add_argument("--sglang-path", default=os.environ.get("UKV_SGLANG_PATH", ""))
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run config.matrix() on both pools (two child processes) and compare",
+    )
+    p.add_argument("--serial", action="store_true", help="--side-by-side: one pool after the other")
+    p.add_argument("--out", default=None, help="--side-by-side: write the markdown table here")
+    p.add_argument("--json", default=None, help="--side-by-side: write the results here")
     a = p.parse_args(argv)
+    if a.side_by_side:
+        return a, []
     if a.matrix:
         with open(a.matrix) as f:
             configs = loads(f.read())
-        configs = [Config(**{**c.to_json(), "pool": a.pool, "device": a.device}) for c in configs]
+        configs = [
+            Config.from_json({**c.to_json(), "pool": a.pool, "device": a.device}) for c in configs
+        ]
         return a, configs
     return a, [config_from_flags(a)]
 
 
-def default_cache(hybrid: str, page_size: int) -> str:
-    """SWA: ``hybrid`` (SGLang's SWARadixCache); Mamba: ``radix`` (its default tree) at
-    page size 1, ``chunk`` above (its Mamba trees need page size 1 without the extra
-    buffer)."""
-    if hybrid == "swa":
-        return "hybrid"
-    return "radix" if page_size == 1 else "chunk"
-
-
 def config_from_flags(a: argparse.Namespace) -> Config:
-    cache = a.cache or default_cache(a.hybrid, a.page_size)
-    fields: dict[str, Any] = dict(
+    return make(
+        a.hybrid,
+        a.page_size,
+        a.lazy,
+        cache=a.cache,
+        more_swa=a.more_swa,
+        scale=a.scale,
         pool=a.pool,
         device=a.device,
-        hybrid=a.hybrid,
-        page_size=a.page_size,
-        lazy=a.lazy,
-        cache=cache,
         steps=a.steps,
         seed=a.seed,
         forward_delay_us=a.forward_delay_us,
     )
-    return make_config(fields, more_swa=a.more_swa, scale=a.scale)
-
-
-def make_config(fields: dict[str, Any], *, more_swa: bool = False, scale: int = 1) -> Config:
-    """A configuration from its flags: SGLang's constraints and the pool sizes applied."""
-    fields = dict(fields)
-    if fields.get("hybrid") == "mamba":
-        # SGLang: the Mamba radix cache without the extra buffer runs with the overlap
-        # schedule off (its "auto" strategy resolves to no_buffer + disable_overlap).
-        fields.setdefault("overlap", fields.get("cache") == "chunk")
-    if more_swa:
-        fields.update(full_layers=(1,), other_layers=(0, 2, 3))
-    base = Config()
-    grow = scale * (2 if fields.get("page_size", 1) > 1 else 1)
-    fields.update(
-        full_tokens=base.full_tokens * grow,
-        swa_tokens=base.swa_tokens * grow,
-        mamba_slots=base.mamba_slots * scale,
-        max_running=base.max_running * scale,
-        arrival_rate=base.arrival_rate * scale,
-    )
-    return Config(**fields)
 
 
 def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
@@ -144,6 +126,8 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
             steps=len(recs),
             requests=len(loop.arrivals),
             admitted_per_step=[r.admitted_tokens for r in recs],
+            retracted_per_step=[r.retracted for r in recs],
+            views_per_step=[r.views for r in recs],
             admitted_tokens=sum(r.admitted_tokens for r in recs),
             cached_tokens=sum(r.cached_tokens for r in recs),
             decode_tokens=sum(r.decode_tokens for r in recs),
@@ -158,8 +142,34 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
     return out
 
 
+def side_by_side(a: argparse.Namespace) -> int:
+    """``--side-by-side``: both pools over the matrix; prints the table and a verdict."""
+    from sglang_scheduler import config, sidebyside
+
+    env = dict(os.environ, UKV_SGLANG_PATH=a.sglang_path)
+    t0 = time.perf_counter()
+    res = sidebyside.run(
+        config.matrix(scale=a.scale, steps=a.steps, seed=a.seed), a.device, env, not a.serial
+    )
+    table = sidebyside.markdown(res)
+    print(table)
+    print(f"side by side: {time.perf_counter() - t0:.0f} s wall")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    failed = [r["config"] for r in res["ukv"] + res["sglang"] if r["error"]]
+    fewer = [p["config"] for p in res["pairs"] if p.get("ukv_admits_fewer")]
+    print("SIDE-BY-SIDE " + json.dumps({"failed": failed, "ukv_admits_fewer": fewer}))
+    return 0 if not failed and not fewer else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     a, configs = parse(argv)
+    if a.side_by_side:
+        return side_by_side(a)
     bootstrap.prepare(a.pool, a.device, a.sglang_path)
     results = []
     for cfg in configs:

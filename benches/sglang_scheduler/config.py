@@ -11,6 +11,8 @@ from typing import Any
 #: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``); ``chunk`` is
 #: ``--disable-radix-cache`` (``SWAChunkCache`` / ``ChunkCache``).
 CACHES = ("radix", "hybrid", "chunk")
+#: The Mamba hybrid's full-attention tokens at page size 1 (see :func:`make`).
+MAMBA_FULL_TOKENS = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,10 @@ class Config:
     max_prefill_tokens: int = 64
     overlap: bool = True  # SGLang's overlap loop (Mamba with radix cache: off, as SGLang)
     swa_eviction_interval: int = 2
+    # SGLang's strict memory check during busy iterations too. Off for the SWA hybrid:
+    # SGLang's own pool fails it in the overlap loop (its count is off by the token of the
+    # in-flight decode), so it checks nothing there.
+    busy_check: bool = True
     # SGLang's --schedule-conservativeness: low, so admission counts on few new tokens
     # per running request and decode runs out of memory (retraction) in short traces.
     conservativeness: float = 0.3
@@ -76,6 +82,75 @@ class Config:
         fields = {f.name for f in dataclasses.fields(Config)}
         clean = {k: tuple(v) if isinstance(v, list) else v for k, v in obj.items() if k in fields}
         return Config(**clean)
+
+
+def default_cache(hybrid: str, page_size: int) -> str:
+    """What SGLang 0.5.16 builds: ``radix`` (``create_tree_cache``'s ``UnifiedRadixCache``),
+    but for Mamba at page size > 1 ``chunk``: its Mamba trees need page size 1 without the
+    extra buffer (``MambaComponent`` asserts it)."""
+    return "chunk" if hybrid == "mamba" and page_size > 1 else "radix"
+
+
+def make(
+    hybrid: str,
+    page_size: int,
+    lazy: bool,
+    *,
+    cache: str | None = None,
+    more_swa: bool = False,
+    scale: int = 1,
+    **fields: Any,
+) -> Config:
+    """A configuration with SGLang's constraints and the pool sizes applied.
+
+    Args:
+        cache: one of :data:`CACHES` (default :func:`default_cache`).
+        more_swa: one full layer and three SWA layers (SGLang's own pool then indexes its
+            SWA table out of bounds, its defect 1: run it on the drop-in).
+        scale: multiplies the pool sizes, the request slots and the arrival rate.
+    """
+    cache = cache or default_cache(hybrid, page_size)
+    fields.update(hybrid=hybrid, page_size=page_size, lazy=lazy, cache=cache)
+    fields.setdefault("busy_check", hybrid == "mamba")
+    if hybrid == "mamba":
+        # SGLang: the Mamba radix cache without the extra buffer runs with the overlap
+        # schedule off (its "auto" strategy resolves to no_buffer + disable_overlap).
+        fields.setdefault("overlap", cache == "chunk")
+    if more_swa:
+        fields.update(full_layers=(1,), other_layers=(0, 2, 3))
+    base = Config()
+    grow = scale * (2 if page_size > 1 else 1)
+    # The Mamba hybrid's full side holds every token of every request (no window): a
+    # smaller pool gives it the SWA hybrid's pressure.
+    full = MAMBA_FULL_TOKENS if hybrid == "mamba" else base.full_tokens
+    fields.update(
+        full_tokens=full * grow,
+        swa_tokens=base.swa_tokens * grow,
+        mamba_slots=base.mamba_slots * scale,
+        max_running=base.max_running * scale,
+        arrival_rate=base.arrival_rate * scale,
+    )
+    return Config(**fields)
+
+
+def matrix(scale: int = 1, steps: int = 12, seed: int = 0) -> list[tuple[Config, bool]]:
+    """The side-by-side matrix: ``(configuration, SGLang's pool can run it)``.
+
+    SWA and Mamba x page sizes 1 and 16 x eager and lazy with the tree cache SGLang builds;
+    then the other tree caches once each; then more SWA than full layers (drop-in only).
+    """
+    out: list[tuple[Config, bool]] = []
+    kw: dict[str, Any] = dict(scale=scale, steps=steps, seed=seed)
+    for hybrid in ("swa", "mamba"):
+        for ps in (1, 16):
+            for lazy in (False, True):
+                out.append((make(hybrid, ps, lazy, **kw), True))
+    out.append((make("swa", 16, True, cache="hybrid", **kw), True))
+    out.append((make("swa", 1, False, cache="chunk", **kw), True))
+    out.append((make("mamba", 1, True, cache="hybrid", **kw), True))
+    out.append((make("swa", 1, True, more_swa=True, **kw), False))
+    out.append((make("swa", 16, False, more_swa=True, **kw), False))
+    return out
 
 
 def dumps(configs: list[Config]) -> str:

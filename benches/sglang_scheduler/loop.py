@@ -55,11 +55,13 @@ class StepRecord:
     running: int = 0
     waiting: int = 0
     retracted: int = 0
+    views: dict = dataclasses.field(default_factory=dict)  # capacities SGLang read first
 
 
 @dataclasses.dataclass
 class Totals:
     retracted: int = 0
+    aborted: int = 0
     evicted_full: int = 0
     evicted_swa: int = 0
     evicted_mamba: int = 0
@@ -67,6 +69,7 @@ class Totals:
     offload_round_trips: int = 0
     offload_unsupported: str = ""
     idle_checks: int = 0
+    busy_checks: int = 0
     flush_moves: int = 0
 
 
@@ -261,7 +264,9 @@ class Loop:
                 retracted, ratio, to_abort = batch.retract_decode(self.stack.server_args)
             finally:
                 del batch.release_req
-            assert not to_abort, f"retract_decode aborted {[r.rid for r in to_abort]}"
+            # SGLang aborts the last request when even it cannot decode (it sends the
+            # abort to the tokenizer; the request is released and filtered out).
+            self.totals.aborted += len(to_abort)
             self.stack.ratio.current = ratio
             self.record.retracted += len(retracted)
             self.totals.retracted += len(retracted)
@@ -353,6 +358,7 @@ class Loop:
         self.record = StepRecord(step, "idle")
         for a in arrivals:
             self._add_request_to_queue(self._new_req(a))
+        self.record.views = self.views()
         if self.cfg.overlap:
             self._iterate_overlap()
         else:
@@ -361,6 +367,11 @@ class Loop:
         rec.running = len(self.running_batch.reqs)
         rec.waiting = len(self.waiting_queue)
         self.records.append(rec)
+        if self.cfg.busy_check:
+            # SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY: the pool invariant with the
+            # running requests' uncached tokens, every iteration (asserts).
+            self.stack.checker.self_check_during_busy()
+            self.totals.busy_checks += 1
         self._check(f"after iteration {step}")
 
     def _iterate_normal(self) -> None:
@@ -407,6 +418,32 @@ class Loop:
         if self.chunked_req is not None:
             seen[id(self.chunked_req)] = self.chunked_req
         return [r for r in seen.values() if r.kv is not None and not r.finished()]
+
+    def views(self) -> dict[str, int]:
+        """The capacities SGLang's admission and eviction read, before this iteration."""
+        st = self.stack
+        a, tree = st.allocator, st.tree_cache
+        v = {"available": int(a.available_size())}
+        if st.is_swa:
+            v.update(
+                full=int(a.full_available_size()),
+                swa=int(a.swa_available_size()),
+                full_evictable=int(tree.full_evictable_size()),
+                swa_evictable=int(tree.swa_evictable_size()),
+            )
+        else:
+            m = st.req_to_token_pool.mamba_allocator
+            v.update(
+                mamba=int(m.available_size()),
+                mamba_schedulable=int(m.schedulable_available_size()),
+                slot_cost=int(a.mamba_slot_full_token_cost()),
+            )
+            if tree.supports_mamba():
+                v.update(
+                    full_evictable=int(tree.full_evictable_size()),
+                    mamba_evictable=int(tree.mamba_evictable_size()),
+                )
+        return v
 
     # ----- the exercise of SGLang's offload pair -------------------------------------
 
