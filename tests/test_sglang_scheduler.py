@@ -64,6 +64,9 @@ needs_sglang = pytest.mark.skipif(
 #: builds), the other tree caches once each, and more SWA than full layers (drop-in only).
 MATRIX = driver_config.matrix()
 NAMES = [c.name for c, _ in MATRIX]
+#: Drop-in runs that overwrite a live token's K/V (read by a forward, or held only by the
+#: tree) or a live state on purpose: the checks must catch each.
+SELF_TESTS = driver_config.self_tests()
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +79,13 @@ def side_by_side() -> dict:
     env = dict(os.environ)
     ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([ukv_root, env.get("PYTHONPATH", "")])
-    res = sidebyside.run(MATRIX, "cpu", env, parallel=True, timeout=900)
+    res = sidebyside.run(
+        MATRIX, "cpu", env, parallel=True, timeout=900, extra_ukv=tuple(SELF_TESTS)
+    )
     print(sidebyside.markdown(res))
-    return {p["config"]: p for p in res["pairs"]}
+    out = {p["config"]: p for p in res["pairs"]}
+    out.update({r["config"]: r for r in res["self_tests"]})
+    return out
 
 
 def _check_run(brief: dict, hybrid: str) -> None:
@@ -115,3 +122,12 @@ def test_dropin_reports_at_least_sglangs_capacity(side_by_side: dict, name: str)
     says which)."""
     pair = side_by_side[name]
     assert pair["capacity_shortfalls"] == [], pair["capacity_shortfalls"][:5]
+
+
+@needs_sglang
+@pytest.mark.parametrize("name", [c.name for c in SELF_TESTS])
+def test_checks_catch_a_corrupted_token_or_state(side_by_side: dict, name: str) -> None:
+    """A zeroed K/V row of a token a running request reads, of a token only the tree holds
+    (the after-iteration read-back), or a zeroed state slot: each run fails with LostBytes."""
+    err = side_by_side[name]["error"] or ""
+    assert err.startswith("LostBytes"), err

@@ -149,7 +149,11 @@ def side_by_side(a: argparse.Namespace) -> int:
     env = dict(os.environ, UKV_SGLANG_PATH=a.sglang_path)
     t0 = time.perf_counter()
     res = sidebyside.run(
-        config.matrix(scale=a.scale, steps=a.steps, seed=a.seed), a.device, env, not a.serial
+        config.matrix(scale=a.scale, steps=a.steps, seed=a.seed),
+        a.device,
+        env,
+        not a.serial,
+        extra_ukv=tuple(config.self_tests(seed=a.seed)),
     )
     table = sidebyside.markdown(res)
     print(table)
@@ -160,10 +164,16 @@ def side_by_side(a: argparse.Namespace) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
-    failed = [r["config"] for r in res["ukv"] + res["sglang"] if r["error"]]
+    runs = [r for r in res["ukv"] + res["sglang"] if "-corrupt-" not in r["config"]]
+    failed = [r["config"] for r in runs if r["error"]]
+    blind = [
+        r["config"] for r in res["self_tests"] if not (r["error"] or "").startswith("LostBytes")
+    ]
+    short = [p["config"] for p in res["pairs"] if p.get("capacity_shortfalls")]
     fewer = [p["config"] for p in res["pairs"] if p.get("ukv_admits_fewer")]
-    print("SIDE-BY-SIDE " + json.dumps({"failed": failed, "ukv_admits_fewer": fewer}))
-    return 0 if not failed and not fewer else 1
+    verdict = {"failed": failed, "self_tests_not_caught": blind, "capacity_shortfalls": short}
+    print("SIDE-BY-SIDE " + json.dumps({**verdict, "ukv_admits_fewer_first": fewer}))
+    return 0 if not any(verdict.values()) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,12 +67,18 @@ class Config:
     vocab: int = 1000
     # GPU only: microseconds each forward sleeps on its stream before writing.
     forward_delay_us: int = 0
+    # Self-test of the checks: after iteration ``corrupt_at``, overwrite one live token's K/V
+    # ("kv": a running request's, "tree": one only the tree holds) or one live state
+    # ("state") through the pool's own write path; the run must then fail with LostBytes.
+    corrupt: str = ""
+    corrupt_at: int = -1
 
     @property
     def name(self) -> str:
         mode = "lazy" if self.lazy else "eager"
         layers = f"{len(self.full_layers)}f{len(self.other_layers)}{self.hybrid[0]}"
-        return f"{self.hybrid}-ps{self.page_size}-{mode}-{self.cache}-{layers}"
+        name = f"{self.hybrid}-ps{self.page_size}-{mode}-{self.cache}-{layers}"
+        return f"{name}-corrupt-{self.corrupt}" if self.corrupt else name
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -151,6 +157,18 @@ def matrix(scale: int = 1, steps: int = 12, seed: int = 0) -> list[tuple[Config,
     out.append((make("swa", 1, True, more_swa=True, **kw), False))
     out.append((make("swa", 16, False, more_swa=True, **kw), False))
     return out
+
+
+def self_tests(steps: int = 12, seed: int = 0) -> list[Config]:
+    """Runs that corrupt a live token's K/V or a live state on purpose (drop-in only):
+    they must fail with LostBytes, or the checks check nothing."""
+    kw: dict[str, Any] = dict(steps=steps, seed=seed)
+    return [
+        make("swa", 16, True, corrupt="kv", corrupt_at=6, **kw),
+        # Late enough that finished requests left tokens only the tree holds.
+        make("swa", 1, False, corrupt="tree", corrupt_at=40, **kw),
+        make("mamba", 1, False, corrupt="state", corrupt_at=6, **kw),
+    ]
 
 
 def dumps(configs: list[Config]) -> str:

@@ -44,6 +44,9 @@ class Launched:
     keys: np.ndarray  # their content keys
     states: list[tuple[int, int]]  # (request index, tokens its state now covers)
     step: int
+    # The launch-time tensors the forward stream reads: kept alive until it lands (on CUDA
+    # the caching allocator would otherwise hand their memory to the scheduler's stream).
+    plan: dict[str, Any] | None = None
 
 
 def gather_rows(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
@@ -85,7 +88,7 @@ class Forward:
         plan = self._plan(batch)
         effects = lambda: self._effects(plan)  # noqa: E731
         event = st.forward_stream.launch(effects)
-        return Launched(event, plan["vids"], plan["write_keys_np"], plan["states"], step)
+        return Launched(event, plan["vids"], plan["write_keys_np"], plan["states"], step, plan)
 
     def _plan(self, batch: Any) -> dict[str, Any]:
         st = self.stack

@@ -373,6 +373,45 @@ class Loop:
             self.stack.checker.self_check_during_busy()
             self.totals.busy_checks += 1
         self._check(f"after iteration {step}")
+        if step == self.cfg.corrupt_at:
+            self._corrupt()
+
+    def _corrupt(self) -> None:
+        """The checks' self-test: overwrite with zeros one live, landed token's K/V on every
+        full layer (``kv``: a running request's; ``tree``: one only the tree holds) or one
+        running request's state (``state``)."""
+        st, sh = self.stack, self.shadow
+        sh.poll()
+        if self.cfg.corrupt == "tree":  # a token only the tree holds: no forward reads it
+            held = set(sh.request_tokens(self._live_reqs())[0].tolist())
+            for vids, _, _ in sh.tree_tokens():
+                for v in vids.tolist():
+                    if v not in held and sh.landed[v]:
+                        return self._zero_token(torch.tensor([v], device=self.cfg.device))
+            raise RuntimeError("no token only the tree holds at the chosen iteration")
+        for req in self._live_reqs():
+            if self.cfg.corrupt == "state":
+                if req.mamba_pool_idx is None or sh[req].index not in sh.state_len:
+                    continue
+                idx = torch.as_tensor(req.mamba_pool_idx).reshape(1).to(self.cfg.device)
+                pool = st.req_to_token_pool
+                pool.mamba_pool.clear_slots(pool.translate_mamba_indices(idx))
+                return None
+            vid = st.req_to_token_pool.req_to_token[req.req_pool_idx, :1].to(torch.int64)
+            if sh.landed[int(vid)]:
+                return self._zero_token(vid)
+        raise RuntimeError(f"nothing live to corrupt ({self.cfg.corrupt}) at the chosen iteration")
+
+    def _zero_token(self, vid: torch.Tensor) -> None:
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+        st = self.stack
+        shape = (1, self.cfg.head_num, self.cfg.head_dim)
+        zero = torch.zeros(shape, dtype=stack_mod.KV_DTYPE, device=self.cfg.device)
+        loc = KVWriteLoc(vid, None, full_loc=st.allocator.translate_kv_loc(vid))
+        for layer_id in st.full_layers:
+            layer = types.SimpleNamespace(layer_id=layer_id)
+            st.token_to_kv_pool.set_kv_buffer(layer, loc, zero, zero)
 
     def _iterate_normal(self) -> None:
         """scheduler.py ``event_loop_normal``, one pass."""
@@ -404,7 +443,8 @@ class Loop:
         self.shadow.poll()
         if self.forward.details:
             raise LostBytes(f"{where}: " + "; ".join(self.forward.details[:3]))
-        if self.cfg.device == "cpu" and int(self.forward.read_errors):
+        # On CUDA the count may lag (forwards still running add to it); the end re-reads it.
+        if int(self.forward.read_errors):
             raise LostBytes(f"{where}: {int(self.forward.read_errors)} forward reads wrong")
         reqs = self._live_reqs()
         self.shadow.check(reqs, where)

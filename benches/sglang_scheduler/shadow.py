@@ -68,6 +68,7 @@ class Shadow:
         self.key_of = np.zeros(1024, dtype=np.int64)
         self.landed = np.zeros(1024, dtype=bool)
         self.state_len: dict[int, int] = {}  # request index -> tokens its state covers
+        self.state_writers: dict[int, int] = {}  # request index -> forwards in flight
         self.pending: list[Launched] = []
         self.checks = 0
         self.tokens_checked = 0
@@ -88,11 +89,14 @@ class Shadow:
             self.landed = np.resize(self.landed, n)
 
     def launched(self, forward: Launched) -> None:
-        """A forward was launched: its tokens hold these keys once it lands."""
+        """A forward was launched: its tokens hold these keys once it lands, and the state
+        slots it updates in place are not checked until then."""
         if len(forward.vids):
             self._grow(int(forward.vids.max()))
             self.key_of[forward.vids] = forward.keys
             self.landed[forward.vids] = False
+        for index, _ in forward.states:
+            self.state_writers[index] = self.state_writers.get(index, 0) + 1
         self.pending.append(forward)
 
     def poll(self) -> None:
@@ -102,6 +106,8 @@ class Shadow:
             self.landed[fwd.vids] = True
             for index, n in fwd.states:
                 self.state_len[index] = n
+                self.state_writers[index] -= 1
+            fwd.plan = None
 
     def forget_state(self, req: Any) -> None:
         """The request's state slot was released (finished or retracted)."""
@@ -238,6 +244,8 @@ class Shadow:
             idx = self[req].index
             if req.mamba_pool_idx is None or idx not in self.state_len:
                 continue
+            if self.stack.config.device == "cuda" and self.state_writers.get(idx, 0):
+                continue  # a forward still running on the GPU updates it in place
             slots.append(int(torch.as_tensor(req.mamba_pool_idx).reshape(())))
             keys.append(int(self[req].keys(self.state_len[idx])[-1]))
         for _, tk, mamba in tree:
