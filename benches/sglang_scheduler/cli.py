@@ -127,6 +127,7 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
             requests=len(loop.arrivals),
             admitted_per_step=[r.admitted_tokens for r in recs],
             retracted_per_step=[r.retracted for r in recs],
+            evicted_per_step=[r.evicted for r in recs],
             views_per_step=[r.views for r in recs],
             admitted_tokens=sum(r.admitted_tokens for r in recs),
             cached_tokens=sum(r.cached_tokens for r in recs),
@@ -149,7 +150,9 @@ def side_by_side(a: argparse.Namespace) -> int:
     env = dict(os.environ, UKV_SGLANG_PATH=a.sglang_path)
     t0 = time.perf_counter()
     res = sidebyside.run(
-        config.matrix(scale=a.scale, steps=a.steps, seed=a.seed),
+        config.matrix(
+            scale=a.scale, steps=a.steps, seed=a.seed, forward_delay_us=a.forward_delay_us
+        ),
         a.device,
         env,
         not a.serial,

@@ -19,20 +19,27 @@ from __future__ import annotations
 
 from typing import Any
 
+_DECISIONS = ("admitted", "retracted", "evicted")
+
+
+def _decisions(r: dict[str, Any]) -> list[tuple[int, ...]]:
+    """Per iteration what SGLang's scheduler decided from the capacities it read."""
+    return list(zip(*(r.get(f"{d}_per_step", []) for d in _DECISIONS)))
+
 
 def first_divergence(sglang: dict[str, Any], ukv: dict[str, Any]) -> dict[str, Any] | None:
-    """The first iteration whose (admitted tokens, retracted requests) differ, with both
-    pools' numbers and capacity views there; None when the runs are identical."""
-    a = list(zip(sglang.get("admitted_per_step", []), sglang.get("retracted_per_step", [])))
-    b = list(zip(ukv.get("admitted_per_step", []), ukv.get("retracted_per_step", [])))
+    """The first iteration whose decisions (admitted tokens, retracted requests, evicted
+    tokens) differ, with both pools' numbers and capacity views there; None when the runs
+    are identical."""
+    a, b = _decisions(sglang), _decisions(ukv)
     for i in range(max(len(a), len(b))):
         x = a[i] if i < len(a) else None
         y = b[i] if i < len(b) else None
         if x != y:
             return {
                 "step": i,
-                "sglang": {"admitted": x[0], "retracted": x[1]} if x else None,
-                "ukv": {"admitted": y[0], "retracted": y[1]} if y else None,
+                "sglang": dict(zip(_DECISIONS, x)) if x else None,
+                "ukv": dict(zip(_DECISIONS, y)) if y else None,
                 "sglang_views": _views(sglang, i),
                 "ukv_views": _views(ukv, i),
             }
@@ -44,17 +51,28 @@ def _views(r: dict[str, Any], i: int) -> Any:
     return views[i] if i < len(views) else None
 
 
-def verdict(div: dict[str, Any] | None) -> str:
-    """``same`` (identical runs), ``ukv more`` (at the first difference the drop-in admitted
-    more or retracted fewer), ``ukv fewer`` (admitted fewer or retracted more) or
-    ``mixed``."""
+def verdict(sglang: dict[str, Any], ukv: dict[str, Any], div: dict[str, Any] | None) -> str:
+    """``same`` (identical runs); ``sglang failed`` / ``ukv failed`` (an exception ended a
+    run); else at the first difference ``ukv more`` (the drop-in admitted more, or retracted
+    or evicted less), ``ukv fewer`` (the opposite) or ``mixed``."""
+    for name, r in (("sglang", sglang), ("ukv", ukv)):
+        if r.get("error"):
+            return f"{name} failed"
     if div is None:
         return "same"
     x, y = div["sglang"], div["ukv"]
     if x is None or y is None:
-        return "ukv more" if x is not None else "ukv fewer"
-    more = y["admitted"] > x["admitted"] or y["retracted"] < x["retracted"]
-    fewer = y["admitted"] < x["admitted"] or y["retracted"] > x["retracted"]
+        return "mixed"
+    more = (
+        y["admitted"] > x["admitted"]
+        or y["retracted"] < x["retracted"]
+        or y["evicted"] < x["evicted"]
+    )
+    fewer = (
+        y["admitted"] < x["admitted"]
+        or y["retracted"] > x["retracted"]
+        or y["evicted"] > x["evicted"]
+    )
     if more and not fewer:
         return "ukv more"
     if fewer and not more:
@@ -75,6 +93,8 @@ def capacity_shortfalls(sglang: dict[str, Any], ukv: dict[str, Any]) -> list[dic
     last = div["step"] if div is not None else min(len(sv), len(uv)) - 1
     out = []
     for i in range(min(last + 1, len(sv), len(uv))):
+        if any(sv[i][k] != uv[i].get(k) for k in sv[i] if k.endswith("evictable")):
+            break  # the trees differ: the states parted in a way the decisions miss
         for key, theirs in sv[i].items():
             ours = uv[i].get(key)
             worse = (
@@ -88,13 +108,13 @@ def capacity_shortfalls(sglang: dict[str, Any], ukv: dict[str, Any]) -> list[dic
 def compare(sglang: dict[str, Any], ukv: dict[str, Any]) -> dict[str, Any]:
     """One configuration's two summaries (``cli.run_one``) side by side."""
     div = first_divergence(sglang, ukv)
-    v = verdict(div)
+    v = verdict(sglang, ukv, div)
     return {
         "config": ukv["config"],
         "first_divergence": div,
         "verdict": v,
         "capacity_shortfalls": capacity_shortfalls(sglang, ukv),
-        "ukv_admits_fewer": v in ("ukv fewer", "mixed"),
+        "ukv_admits_fewer": v in ("ukv fewer", "mixed", "ukv failed"),
         "sglang": _brief(sglang),
         "ukv": _brief(ukv),
     }

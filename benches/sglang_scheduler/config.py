@@ -139,14 +139,17 @@ def make(
     return Config(**fields)
 
 
-def matrix(scale: int = 1, steps: int = 12, seed: int = 0) -> list[tuple[Config, bool]]:
+def matrix(
+    scale: int = 1, steps: int = 12, seed: int = 0, **fields: Any
+) -> list[tuple[Config, bool]]:
     """The side-by-side matrix: ``(configuration, SGLang's pool can run it)``.
 
     SWA and Mamba x page sizes 1 and 16 x eager and lazy with the tree cache SGLang builds;
     then the other tree caches once each; then more SWA than full layers (drop-in only).
+    ``fields`` go to every configuration (e.g. ``forward_delay_us``).
     """
     out: list[tuple[Config, bool]] = []
-    kw: dict[str, Any] = dict(scale=scale, steps=steps, seed=seed)
+    kw: dict[str, Any] = dict(scale=scale, steps=steps, seed=seed, **fields)
     for hybrid in ("swa", "mamba"):
         for ps in (1, 16):
             for lazy in (False, True):

@@ -55,6 +55,7 @@ class StepRecord:
     running: int = 0
     waiting: int = 0
     retracted: int = 0
+    evicted: int = 0  # tokens and slots the tree cache evicted (all kinds)
     views: dict = dataclasses.field(default_factory=dict)  # capacities SGLang read first
 
 
@@ -555,9 +556,13 @@ class Loop:
         def counted(params: Any) -> Any:
             res = evict(params)
             if res is not None:
-                totals.evicted_full += int(getattr(res, "num_tokens_evicted", 0) or 0)
-                totals.evicted_swa += int(getattr(res, "swa_num_tokens_evicted", 0) or 0)
-                totals.evicted_mamba += int(getattr(res, "mamba_num_evicted", 0) or 0)
+                full = int(getattr(res, "num_tokens_evicted", 0) or 0)
+                swa = int(getattr(res, "swa_num_tokens_evicted", 0) or 0)
+                mamba = int(getattr(res, "mamba_num_evicted", 0) or 0)
+                totals.evicted_full += full
+                totals.evicted_swa += swa
+                totals.evicted_mamba += mamba
+                self.record.evicted += full + swa + mamba
             return res
 
         tree.evict = counted

@@ -94,6 +94,11 @@ def run(
     }
 
 
+def _patches(counts: dict[str, int] | None) -> str:
+    used = {k: v for k, v in (counts or {}).items() if v}
+    return ", ".join(f"{k} ×{v}" for k, v in used.items()) or "-"
+
+
 def _divergence(div: dict[str, Any], verdict: str) -> str:
     def one(x: dict[str, Any] | None) -> str:
         return "ended" if x is None else f"{x['admitted']} tok, {x['retracted']} retracted"
@@ -106,8 +111,8 @@ def markdown(res: dict[str, Any]) -> str:
     head = (
         "| configuration | pool | iterations | admitted | from tree | decoded | retracted "
         "| aborted | evicted full/SWA/state | offload round trips | checks (tokens, states) "
-        "| idle/busy checks | s | first divergence (SGLang → drop-in) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| idle/busy checks | patched SGLang paths taken | s | first divergence (SGLang → drop-in) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for p in res["pairs"]:
@@ -131,7 +136,7 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {b['decoded']} | {b['retracted']} | {b['aborted']} "
                 f"| {b['evicted_full']}/{b['evicted_swa']}/{b['evicted_mamba']} | {off} "
                 f"| {b['checks']} ({b['tokens_checked']}, {b['states_checked']}) "
-                f"| {b['idle_checks']}/{b['busy_checks']} | {b['seconds']} "
+                f"| {b['idle_checks']}/{b['busy_checks']} | {_patches(b['patches'])} | {b['seconds']} "
                 f"| {div_s if pool == 'ukv' else ''} |"
             )
     return head + "\n".join(rows) + "\n"
