@@ -52,17 +52,14 @@ def _views(r: dict[str, Any], i: int) -> Any:
 
 
 def verdict(sglang: dict[str, Any], ukv: dict[str, Any], div: dict[str, Any] | None) -> str:
-    """``same`` (identical runs); ``sglang failed`` / ``ukv failed`` (an exception ended a
-    run); else at the first difference ``ukv more`` (the drop-in admitted more, or retracted
-    or evicted less), ``ukv fewer`` (the opposite) or ``mixed``."""
-    for name, r in (("sglang", sglang), ("ukv", ukv)):
-        if r.get("error"):
-            return f"{name} failed"
+    """``same`` (identical runs) or, at the first difference, ``ukv more`` (the drop-in
+    admitted more, or retracted or evicted less), ``ukv fewer`` (the opposite), ``mixed``;
+    ``sglang failed`` / ``ukv failed`` when a run ended in an exception there."""
     if div is None:
         return "same"
     x, y = div["sglang"], div["ukv"]
     if x is None or y is None:
-        return "mixed"
+        return "sglang failed" if x is None else "ukv failed"
     more = (
         y["admitted"] > x["admitted"]
         or y["retracted"] < x["retracted"]

@@ -75,6 +75,12 @@ def run(
         results = {}
         for pool, cfgs in (("ukv", both), ("sglang", theirs)):
             results[pool] = summary(run_pool(pool, cfgs, device, env, timeout), timeout)[0]
+    return combine(results)
+
+
+def combine(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Pair each configuration's two runs (``{"sglang": [...], "ukv": [...]}``, the children's
+    summaries) and compare them; the drop-in's self-tests apart."""
     by_name = {r["config"]: r for r in results["sglang"]}
     pairs, self_tests = [], []
     for r in results["ukv"]:
@@ -94,6 +100,10 @@ def run(
     }
 
 
+def _one_line(text: str, n: int) -> str:
+    return " ".join(text.split())[:n].replace("|", "/")
+
+
 def _patches(counts: dict[str, int] | None) -> str:
     used = {k: v for k, v in (counts or {}).items() if v}
     return ", ".join(f"{k} ×{v}" for k, v in used.items()) or "-"
@@ -101,7 +111,9 @@ def _patches(counts: dict[str, int] | None) -> str:
 
 def _divergence(div: dict[str, Any], verdict: str) -> str:
     def one(x: dict[str, Any] | None) -> str:
-        return "ended" if x is None else f"{x['admitted']} tok, {x['retracted']} retracted"
+        if x is None:
+            return "ended"
+        return f"{x['admitted']} admitted, {x['retracted']} retracted, {x['evicted']} evicted"
 
     return f"iteration {div['step']}: {one(div['sglang'])} → {one(div['ukv'])} ({verdict})"
 
@@ -122,14 +134,14 @@ def markdown(res: dict[str, Any]) -> str:
             b = p.get(pool)
             if b is None:
                 rows.append(
-                    f"| {p['config']} | sglang | not run (its defect 1) | | | | | | | | | | | |"
+                    f"| {p['config']} | sglang | not run: {NOT_RUN} | | | | | | | | | | | | |"
                 )
                 continue
-            status = "" if b["error"] is None else f" **{b['error'][:80]}**"
+            status = "" if b["error"] is None else f" **failed: {_one_line(b['error'], 100)}**"
             off = (
                 str(b["offload"])
                 if not b["offload_unsupported"]
-                else f"{b['offload']} (then: {b['offload_unsupported'][:60]})"
+                else f"{b['offload']} (then: {_one_line(b['offload_unsupported'], 60)})"
             )
             rows.append(
                 f"| {p['config']} | {pool}{status} | {b['iterations']} | {b['admitted']} | {b['cached']} "
