@@ -24,9 +24,11 @@ from sglang_scheduler.config import CACHES, Config, loads, make
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Config]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pool", choices=("sglang", "ukv"), default="ukv")
+    p.add_argument(
+        "--pool", choices=("sglang", "ukv"), default="ukv", help="SGLang's own pool or the drop-in"
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--hybrid", choices=("swa", "mamba"), default="swa")
+    p.add_argument("--hybrid", choices=("swa", "mamba"), default="swa", help="the model stand-in")
     p.add_argument("--page-size", type=int, default=1)
     p.add_argument(
         "--lazy", action=argparse.BooleanOptionalAction, default=True, help="--lazy / --no-lazy"
@@ -38,7 +40,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Confi
         default=None,
         help="default: radix (Mamba at page size > 1: chunk)",
     )
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument(
+        "--steps", type=int, default=12, help="iterations with arrivals (then it drains)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--more-swa", action="store_true", help="3 SWA layers and 1 full one")
     p.add_argument("--scale", type=int, default=1, help="multiply pool sizes and arrival rate")
