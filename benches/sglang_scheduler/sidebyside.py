@@ -129,7 +129,12 @@ def markdown(res: dict[str, Any]) -> str:
     rows = []
     for p in res["pairs"]:
         div = p.get("first_divergence")
-        div_s = "identical runs" if div is None else _divergence(div, p["verdict"])
+        if "sglang" not in p:
+            div_s = "(drop-in only)"
+        elif div is None:
+            div_s = "identical runs"
+        else:
+            div_s = _divergence(div, p["verdict"])
         for pool in ("sglang", "ukv"):
             b = p.get(pool)
             if b is None:
