@@ -67,6 +67,7 @@ sys.path.insert(0, str(HERE))
 
 from harness import (  # noqa: E402 - benches/ is on sys.path now
     Config,
+    command,
     environment,
     fmt_us,
     interleave,
@@ -738,9 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.extend_decode(args.naive)
 
     meta = {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-        if argv is None
-        else "python benches/bench_allocator.py " + " ".join(argv),
+        "command": command("bench_allocator.py", argv),
         "env": environment(),
         "date": utc_now(),
         "peer": peer_desc,

@@ -71,6 +71,7 @@ sys.path.insert(0, str(HERE))
 
 from harness import (  # noqa: E402
     Config,
+    command,
     fmt_us,
     interleave,
     load_peer,
@@ -896,7 +897,7 @@ class Report:
         self.t_start = T0  # module import: the peer import counts too
         commit = args.commit or ukv_commit() or "unknown (no git checkout here; pass --commit)"
         self.meta: dict[str, Any] = {
-            "command": " ".join(["python benches/bench_cuda_host.py", *args.argv]),
+            "command": command("bench_cuda_host.py", args.argv),
             "device": dev.name,
             "machine": machine(dev.cuda),
             "versions": versions(),

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import gpu_versions, host_us_per_call, utc_now, write_results  # noqa: E402
+from harness import command, gpu_versions, host_us_per_call, utc_now, write_results  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -419,7 +419,7 @@ def _header(argv: list[str]) -> list[str]:
     return [
         "# ukv kernel bench",
         "",
-        f"- command: `PYTHONPATH=python python benches/bench_kernels.py {' '.join(argv)}`",
+        f"- command: `{command('bench_kernels.py', argv, prefix='PYTHONPATH=python python')}`",
         f"- machine: {machine}",
         f"- versions: {gpu_versions()}",
         f"- date: {utc_now()}",

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from differential.driver import KINDS, Config, DiffFailure, Engine  # noqa: E402
+from harness import command  # noqa: E402
 
 
 def configs(page_sizes: list[int]) -> list[Config]:
@@ -122,7 +124,7 @@ def write(out: Path, summary: dict[str, Any], argv: list[str]) -> None:
     lines = [
         "# ukv differential test, long run",
         "",
-        f"- command: `python benches/diff_cuda.py {' '.join(argv)}`",
+        f"- command: `{command('diff_cuda.py', argv)}`",
         f"- device: {summary['device']} {summary['gpu'] or ''}; {summary['machine']}; "
         f"torch {summary['torch']}",
         f"- {summary['procs']} processes, {summary['wall_s']} s: {summary['steps']:,} steps "

@@ -6,27 +6,31 @@
 # the differential engine for 10^6 steps in parallel processes; `soak` the public-API soak at
 # 10^6 operations per mode; `bench` the allocator host-time comparison against SGLang
 # (when .gpu/peer/ was carried, see benches/prepare_peer_wheels.sh), a cProfile of the
-# small calls, the model demo on CUDA and the serving-step bench. Each part fits one
-# device call (< 10 min). Installs the prebuilt abi3 wheel into a temporary directory
-# (the GPU machine has no Rust).
+# small calls, the model demo on CUDA and the serving-step bench; `sglang` the SGLang 0.5.16
+# drop-in suites and SGLang's own unit tests with the pool on CUDA, `sglang-bench` the
+# per-step bench under SGLang 0.5.16 (see those parts below; neither is in the default
+# list). Each part fits one device call (< 10 min).
+# Installs the prebuilt abi3 wheel into a temporary directory (the GPU machine has no Rust).
 set -uo pipefail
 wheel=$1; out=$2; commit=${3:-unknown}
 shift $(( $# < 3 ? $# : 3 ))
 parts=${*:-tests soak bench}
 d=$(mktemp -d) && python3 -m pip install -q --no-deps --target "$d" "$wheel" && export PYTHONPATH=$d
+# Logs name ukv's files as the repository does (python/ukv/...), not by this temporary folder.
+relpaths() { sed -u "s#$d/ukv/#python/ukv/#g"; }
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -c 'import torch, triton, numpy, ukv; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "ukv from", ukv.__file__)' | tee -a "$out/gpu.txt"
 
 if [[ " $parts " == *" tests "* ]]; then
   start=$SECONDS
-  UKV_TEST_DEVICE=cuda python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log" | tail -4
+  UKV_TEST_DEVICE=cuda python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | relpaths | tee "$out/gpu-tests.log" | tail -4
   UKV_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_execution.py \
     tests/test_hybrid.py tests/test_middle_band.py tests/test_reliability_round2.py \
     tests/test_bad_inputs_hybrid.py tests/test_device_last_loc.py tests/test_killed_process.py \
     tests/test_review_round3.py tests/differential tests/test_distributed_local.py \
     tests/test_distributed.py \
-    2>&1 | tee -a "$out/gpu-tests.log" | tail -4
+    2>&1 | relpaths | tee -a "$out/gpu-tests.log" | tail -4
   echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
 fi
 
@@ -53,4 +57,94 @@ if [[ " $parts " == *" bench "* ]]; then
   (cd "$out" && timeout 200 python3 -m ukv demo --requests 600 --pool-mib 6 --png demo-arena-cuda.png) \
     > "$out/demo-cuda.log" 2>&1; tail -3 "$out/demo-cuda.log"
   python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; grep -A6 "Host time" "$out/step-h200.md"
+fi
+
+if [[ " $parts " == *" sglang "* || " $parts " == *" sglang-bench "* ]]; then
+  # SGLang 0.5.16 with the pool on CUDA (docs/SGLANG.md, "On the GPU machine"). Needs
+  # .gpu/sgl016 (benches/prepare_peer_wheels.sh --sglang 0.5.16) carried, and for
+  # `upstream` SGLang's six upstream test files in $UKV_UPSTREAM (default .gpu/upstream016).
+  # Steps, in order (SGLANG_STEPS picks some; the install always runs first):
+  #   part sglang:
+  #   tests        the drop-in suites on the stand-in bases
+  #   real         tests/test_sglang_dropin_real.py (children inherit UKV_TEST_DEVICE=cuda)
+  #   device       where the real suite's child puts the pools (its exact configuration)
+  #   memsaver     tests/test_sglang_memory_saver.py (SGLang's memory saver, a CUDA graph)
+  #   upstream     SGLang's own unit tests, on SGLang's code and on the drop-in
+  #   scheduler    tests/test_sglang_scheduler.py, once it exists
+  #   part sglang-bench:
+  #   bench        benches/bench_sglang_dropin.py, every row it can start until BENCH_TAIL
+  #                (default 120) s before the part's end (it rewrites its files after each row)
+  # Each step has a time limit, cut to what is left of SGLANG_SECONDS (default 540) so the
+  # part ends inside one 600-s call; a step left under 20 s is skipped and says so (run it
+  # again in a second call with SGLANG_STEPS). Files: sglang.log (every step's whole output),
+  # sglang-upstream-cuda.md/.json, sglang-step-cuda.md/.json.
+  sg_start=$SECONDS; sg_budget=${SGLANG_SECONDS:-540}
+  sg=/tmp/sgl016; up=${UKV_UPSTREAM:-.gpu/upstream016}; log=$out/sglang.log
+  steps=
+  [[ " $parts " == *" sglang "* ]] && steps+=" tests real device memsaver upstream scheduler"
+  [[ " $parts " == *" sglang-bench "* ]] && steps+=" bench"
+  steps=" ${SGLANG_STEPS:-$steps} "
+  export UKV_SGLANG_PATH=$sg UKV_TEST_DEVICE=cuda UKV_COMMIT=$commit UKV_REQUIRE_SGLANG=1
+  export UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS}
+  unset TRITON_INTERPRET
+  stub_args=(); for n in ${UKV_SGLANG_STUBS//,/ }; do stub_args+=(--stub "$n"); done
+  sg_paths() { relpaths | sed -u "s#$sg/#<sglang>/#g"; }
+  step() {  # step NAME LIMIT COMMAND...: its output to sglang.log, its last lines here
+    local name=$1 limit=$2 left rc t=$SECONDS f; shift 2
+    left=$(( sg_budget - (SECONDS - sg_start) ))
+    (( limit > left )) && limit=$left
+    if (( limit < 20 )); then echo ">> $name: skipped, $left s of the part left" | tee -a "$log"; return 0; fi
+    echo ">> $name (limit $limit s): $*" >> "$log"
+    f=$(mktemp); timeout -k 10 "$limit" "$@" > "$f" 2>&1; rc=$?
+    sg_paths < "$f" >> "$log"; sg_paths < "$f" | grep -v -E "^\s*$|[Ww]arn" | tail -3; rm -f "$f"
+    echo ">> $name: exit $rc$( ((rc == 124)) && echo ", timed out") in $((SECONDS - t)) s" | tee -a "$log"
+    return $rc
+  }
+  if [ -f "$sg/.installed" ] || step install 180 bash .gpu/sgl016/install.sh "$sg"; then
+    touch "$sg/.installed"
+  else  # the steps still run: each fails fast, and its log says where
+    echo "SGLang's install or import check failed (see sglang.log): the steps run anyway"
+  fi
+  [[ "$steps" == *" tests "* ]] && step tests 200 env -u UKV_SGLANG_PATH python3 -m pytest -q \
+    -p no:cacheprovider tests/test_sglang_dropin.py tests/test_sglang_review4.py
+  [[ "$steps" == *" real "* ]] && step real 240 python3 -m pytest -q -p no:cacheprovider -rA \
+    tests/test_sglang_dropin_real.py
+  [[ "$steps" == *" device "* ]] && step device 60 python3 - <<'EOF'
+# The child of test_dropin_suite_runs_on_sglangs_bases: `pytest -p sglang_stubs` on the
+# drop-in suites, with this environment; its pools come from tests/dropin_builders.py.
+import os, sys
+sys.path[:0] = ["tests"]
+import sglang_stubs
+sglang_stubs.pytest_configure(None)
+import dropin_builders as b
+from ukv.integrations.sglang import bases
+pool, full, _ = b.pair(lazy=True)
+loc = full.translate_kv_loc(full.alloc(4))
+key = b.swa_bundle().token_to_kv_pool.get_key_buffer(1)
+print(f"UKV_TEST_DEVICE={b.DEV}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')}, "
+      f"SGLang's bases: {bases.FROM_SGLANG}; drop-in pool on {pool.device}, physical locs on "
+      f"{loc.device}, SWA bundle's full-layer key buffer on {key.device}")
+assert loc.device.type == key.device.type == "cuda", "the pools are not on CUDA"
+EOF
+  # torch_memory_saver in a folder of its own (.gpu/sgl016/apart): on the path of this step
+  # only (the parent skips unless it imports it; the child inherits the path)
+  [[ "$steps" == *" memsaver "* ]] && step memsaver 150 bash -c "python3 -m pip install -q \
+    --no-deps --no-compile --target /tmp/tms .gpu/sgl016/apart/torch_memory_saver-*.whl 2>&1 |
+    grep -v -E '^WARNING: (Running pip as|Target directory)'; PYTHONPATH=\$PYTHONPATH:/tmp/tms \
+    python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_memory_saver.py"
+  [[ "$steps" == *" upstream "* ]] && step upstream 300 python3 benches/sglang_upstream.py \
+    --device cuda --tests "$up" --sglang-path "$sg" "${stub_args[@]}" --timeout 140 --out "$out"
+  if [[ "$steps" == *" scheduler "* ]]; then  # hook: SGLang's scheduler driven over the drop-in
+    if [ -f tests/test_sglang_scheduler.py ]; then
+      step scheduler 180 python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_scheduler.py
+    else
+      echo ">> scheduler: no tests/test_sglang_scheduler.py in this tree" | tee -a "$log"
+    fi
+  fi
+  if [[ "$steps" == *" bench "* ]]; then
+    left=$(( sg_budget - (SECONDS - sg_start) ))
+    step bench "$left" python3 benches/bench_sglang_dropin.py --device cuda --sglang-path "$sg" \
+      --max-seconds $(( left - ${BENCH_TAIL:-120} )) --out "$out/sglang-step-cuda.md"
+  fi
+  echo "sglang part took $((SECONDS - sg_start)) s" | tee -a "$log"
 fi

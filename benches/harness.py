@@ -10,7 +10,8 @@ A bench script is a list of scenarios; this module is the rest:
   time of back-to-back calls on a device, synchronised at the ends only);
 * environment: :func:`environment` (CPU, memory, versions, ukv's commit and native build),
   :func:`machine` and :func:`versions` (the result files' one-line forms), :func:`utc_now`,
-  :func:`command`, :func:`load_average`;
+  :func:`command`, :func:`load_average`; :func:`repo_path` and :func:`relative_paths` (paths
+  as results record them: never a machine's own directories);
 * output: :func:`write_results` (the markdown file and its JSON twin), :func:`fmt_us`;
 * the peer: :func:`load_peer` loads SGLang's allocator through ``peer_sglang.py`` (or says
   why it could not) and leaves the process as every timed bench wants it.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import datetime
 import gc
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -184,9 +186,58 @@ def load_average() -> str:
 
 
 def command(script: str, argv: list[str] | None, prefix: str = "python") -> str:
-    """The command line a result came from: ``prefix benches/<script> args``."""
+    """The command line a result came from: ``prefix benches/<script> args``, with each
+    absolute path in the arguments (alone or after ``--opt=``) as :func:`repo_path` writes
+    it, so a committed result names no directory of the machine it was made on."""
     args = sys.argv[1:] if argv is None else argv
-    return " ".join([prefix, f"benches/{script}", *args])
+    return " ".join([prefix, f"benches/{script}", *map(_portable_arg, args)])
+
+
+def _portable_arg(arg: str) -> str:
+    opt, eq, value = arg.partition("=")
+    if eq and opt.startswith("-") and value.startswith("/"):
+        return f"{opt}={repo_path(value)}"
+    return repo_path(arg) if arg.startswith("/") else arg
+
+
+def repo_path(path: str | Path) -> str:
+    """``path`` as a result file records it: relative to the repository when inside it (an
+    installed ukv package stands for ``python/ukv``), ``$OUT/...`` under the folder that
+    ``$OUT`` names (the device machine's output folder), else ``.../<last part>``."""
+    p = Path(path).resolve()
+    for root, name in _path_roots():
+        if p == root or root in p.parents:
+            rel = p.relative_to(root).as_posix()  # "." for the root itself
+            return rel if not name else name if rel == "." else f"{name}/{rel}"
+    return f".../{p.name}"
+
+
+def _path_roots() -> list[tuple[Path, str]]:
+    """Directories a result may mention, deepest first, and what each is written as ('':
+    the path relative to the directory)."""
+    roots = [(REPO, "")]
+    ukv_spec = importlib.util.find_spec("ukv")
+    if ukv_spec is not None and ukv_spec.origin is not None:
+        roots.append((Path(ukv_spec.origin).resolve().parent, "python/ukv"))
+    if os.environ.get("OUT", "").startswith("/"):
+        roots.append((Path(os.environ["OUT"]).resolve(), "$OUT"))
+    return sorted(roots, key=lambda r: len(r[0].parts), reverse=True)
+
+
+def relative_paths(text: str) -> str:
+    """``text`` (a profile, a traceback) with the absolute paths of files of the repository,
+    of ukv and of the modules on ``sys.path`` written relative to them: ``python/ukv/pool.py``,
+    ``benches/x.py``, ``torch/cuda/__init__.py``."""
+    # The repository and ukv's package first (deepest first), so that neither a sys.path
+    # entry inside the repository (``benches/``, a script's own folder) nor the folder an
+    # installed ukv sits in drops part of their names.
+    for root, name in _path_roots():
+        text = text.replace(str(root) + os.sep, f"{name}/" if name else "")
+    dirs = {Path(d).resolve() for d in sys.path if os.path.isabs(d)}
+    outside = [d for d in dirs if len(d.parts) > 1 and REPO not in (d, *d.parents)]
+    for d in sorted(outside, key=lambda d: len(d.parts), reverse=True):
+        text = text.replace(str(d) + os.sep, "")
+    return text
 
 
 def _cpu_model() -> str:

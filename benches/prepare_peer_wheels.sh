@@ -1,79 +1,223 @@
 #!/usr/bin/env bash
-# Prepare the SGLang peer for a GPU machine without registry access (BENCHMARKS.md, "Running
-# the SGLang peer on the GPU machine"). Run HERE, from anywhere in the repository:
+# Prepare SGLang for a GPU machine without registry access (docs/SGLANG.md, "On the GPU
+# machine"). Run HERE, from anywhere in the repository:
 #
-#   bash benches/prepare_peer_wheels.sh [--python-version 3.12] [--dest .gpu/peer]
+#   bash benches/prepare_peer_wheels.sh [--sglang 0.5.23|0.5.16] [--python-version 3.12] [--dest DIR]
 #
-# It downloads, without dependency resolution, the manylinux x86_64 wheels the allocator's
-# import path needs on top of torch + triton (sglang's own pins would replace torch), and
-# writes DEST/install.sh, which installs them there:
+# It downloads, without dependency resolution, the cp$pyver manylinux x86_64 wheels the
+# profile below names (the SGLang version's import path on top of torch + triton: sglang's
+# own pins would replace torch), and writes DEST/install.sh, which installs them there:
 #
-#   bash .gpu/peer/install.sh <target-dir> [--all]     # then PYTHONPATH=<target-dir>:...
+#   bash DEST/install.sh <target-dir> [--all]     # then PYTHONPATH=<target-dir>:...
 #
-# DEST/core/     always installed: sglang 0.5.23 (repacked without its Rust extensions and
-#                its diffusion server, neither on the allocator's import path) and what the
-#                earlier GPU run found missing there.
-# DEST/fallback/ the rest of the import path, each installed only where the target's python
-#                cannot find its module (or all of them with --all, or when the import check
-#                at the end fails without them). pillow and torchvision are not carried
-#                (14 MB; the earlier GPU run found both installed).
-# Versions: those of benches/requirements-peer.txt where it names the package, else the pins
-# below (pydantic-core: the one pydantic's own metadata pins). The total must stay well under
-# the 64 MiB carry limit, which the ukv wheel shares.
+# DEST/core/     always installed: sglang, repacked without what its path never imports, and
+#                what the GPU image lacks or holds at a version these wheels refuse.
+# DEST/fallback/ packages the image holds; each is installed only where the target's python
+#                cannot find its module, or finds a version the core wheels' requirements
+#                refuse (fallback.txt keeps those requirements), or all of them with --all or
+#                when the import check at the end (DEST/check.sh) fails without them.
+# DEST/apart/    wheels install.sh leaves alone (APART): a step that needs one installs it
+#                into a folder of its own, so the others run without it.
+#
+# Profiles:
+#   0.5.23 (default, DEST .gpu/peer): SGLang's allocator as benches/bench_cuda_host.py's peer
+#          (benches/peer_sglang.py checks the import). Versions: benches/requirements-peer.txt
+#          where it names the package, else EXTRA_PINS (pydantic-core: pydantic's own pin).
+#   0.5.16 (DEST .gpu/sgl016): the SGLang the drop-in targets, for benches/gpu_run.sh's
+#          `sglang` part. Versions: .ci/sglang-0.5.16.txt, what CI installs (OVERRIDE_PINS
+#          where that version has no wheel for this python). Not carried: xgrammar (45 MB;
+#          tests/sglang_stubs.py serves a stand-in with UKV_SGLANG_STUBS=xgrammar),
+#          apache-tvm-ffi (only xgrammar imports it at module level; without it SGLang's JIT
+#          store_cache kernel is not built and set_kv_buffer takes its torch path), pillow
+#          and hf-xet (11 MB, on the image already). Apart: torch-memory-saver (GPU only).
+# Each total must stay under the profile's budget: the 64 MiB a device call carries also
+# holds the ukv wheel(s) (~3 MiB each) and, for 0.5.16, SGLang's upstream tests (<1 MiB).
 set -euo pipefail
 
+sglang=
 pyver=3.12
-dest=.gpu/peer
-budget_mib=55
+dest=
 while [ $# -gt 0 ]; do
   case $1 in
+    --sglang) sglang=$2; shift 2 ;;
     --python-version) pyver=$2; shift 2 ;;
     --dest) dest=$2; shift 2 ;;
-    *) echo "usage: $0 [--python-version X.Y] [--dest DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sglang 0.5.23|0.5.16] [--python-version X.Y] [--dest DIR]" >&2; exit 2 ;;
   esac
 done
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-reqs=$repo/benches/requirements-peer.txt
 PIP=${PIP:-python3 -m pip}
+[ -n "$sglang" ] || sglang=$(sed -n 's/^SGLANG_VERSION = "\(.*\)"/\1/p' "$repo/benches/peer_sglang.py")
 
-# Packages requirements-peer.txt does not name (the CPU machine has them already).
-declare -A EXTRA_PINS=(
-  [orjson]=3.13.0 [pydantic]=2.13.4 [typing_inspection]=0.4.2 [annotated_types]=0.7.0
-  [ipython]=9.18.1 [traitlets]=5.16.1 [pygments]=2.20.0 [requests]=2.34.2 [urllib3]=2.7.0
-  [idna]=3.13 [charset_normalizer]=3.4.7 [certifi]=2026.5.20 [packaging]=26.4
-  [sniffio]=1.3.1 [regex]=2026.5.9 [pyyaml]=6.0.3 [attrs]=26.1.0
+# Distribution names are compared normalized (PEP 503: lower case, runs of -_. as one -);
+# the maps' keys are written that way.
+declare -A OVERRIDE_PINS=() EXTRA_PINS=()
+NOT_CARRIED=() APART=()
+case $sglang in
+  0.5.23)
+    reqs=$repo/benches/requirements-peer.txt
+    dest=${dest:-$repo/.gpu/peer}
+    budget_mib=55
+    # Packages requirements-peer.txt does not name (the CPU machine has them already).
+    EXTRA_PINS=(
+      [orjson]=3.13.0 [pydantic]=2.13.4 [typing-inspection]=0.4.2 [annotated-types]=0.7.0
+      [ipython]=9.18.1 [traitlets]=5.16.1 [pygments]=2.20.0 [requests]=2.34.2 [urllib3]=2.7.0
+      [idna]=3.13 [charset-normalizer]=3.4.7 [certifi]=2026.5.20 [packaging]=26.4
+      [sniffio]=1.3.1 [regex]=2026.5.9 [pyyaml]=6.0.3 [attrs]=26.1.0
+    )
+    # What the allocator's import path needs and the earlier GPU run found missing there.
+    CORE=(
+      sglang pybase64 starlette msgspec pyzmq dill apache-tvm-ffi compressed-tensors gguf loguru
+      transformers orjson pydantic typing_inspection annotated_types ipython traitlets
+    )
+    # distribution:import name. pillow and torchvision are not carried (14 MB; the earlier
+    # GPU run found both installed).
+    FALLBACK=(
+      psutil:psutil requests:requests urllib3:urllib3 idna:idna
+      charset_normalizer:charset_normalizer certifi:certifi packaging:packaging anyio:anyio
+      sniffio:sniffio tqdm:tqdm pygments:pygments aiohttp:aiohttp multidict:multidict yarl:yarl
+      propcache:propcache frozenlist:frozenlist aiohappyeyeballs:aiohappyeyeballs
+      aiosignal:aiosignal attrs:attr regex:regex huggingface_hub:huggingface_hub httpx:httpx
+      httpcore:httpcore h11:h11 tokenizers:tokenizers safetensors:safetensors pyyaml:yaml
+      sentencepiece:sentencepiece
+    )
+    # 41 MB of Rust extensions and the diffusion server
+    DROP='^sglang/(srt/rust_extensions/_[^/]*\.so|multimodal_gen/.*)$'
+    write_check() {
+      cat > "$1" <<'EOF'
+#!/usr/bin/env bash
+# The import check install.sh ends with: SGLang's allocator path as benches/ imports it
+# (sgl_kernel stand-in on CUDA). PYTHON: the python to check with.
+peer=$(dirname "${BASH_SOURCE[0]}")/../../benches/peer_sglang.py
+if [ -f "$peer" ]; then ${PYTHON:-python3} "$peer" --device cuda; else echo "no $peer: import not checked"; fi
+EOF
+    }
+    ;;
+  0.5.16)
+    reqs=$repo/.ci/sglang-0.5.16.txt
+    dest=${dest:-$repo/.gpu/sgl016}
+    budget_mib=50
+    OVERRIDE_PINS=([orjson]=3.13.0)  # 3.8.3 predates cp312 wheels
+    # typing-extensions: pydantic 2.13 wants >= 4.14.1.
+    EXTRA_PINS=([typing-extensions]=4.15.0 [torch-memory-saver]=0.0.10)
+    # SGLang's memory saver (cu12 and cu13 builds), for tests/test_sglang_memory_saver.py
+    # (GPU only, so not in CI's list). Apart: where SGLang's TorchMemorySaverAdapter can
+    # import it, the drop-in's enable_memory_saver=True builds instead of raising, which
+    # test_sglang_dropin.py (run on SGLang's bases by test_sglang_dropin_real.py) checks.
+    APART=(torch-memory-saver)
+    NOT_CARRIED=(xgrammar apache-tvm-ffi pillow hf-xet)
+    # On the image (KINDS.md's package list) at versions the core wheels accept, as far as
+    # their pins tell: carried as fallbacks (distribution:import name). tokenizers and
+    # transformers are not here: the image's 0.23.2 / 5.17.0 break 0.5.16 (transformers
+    # 5.12.1 wants tokenizers <= 0.23.0; under 5.17.0 SGLang's config registration fails,
+    # "'qwen3_asr' is already used by a Transformers config").
+    FALLBACK=(
+      anyio:anyio attrs:attr certifi:certifi charset-normalizer:charset_normalizer click:click
+      h11:h11 httpcore:httpcore httpx:httpx huggingface_hub:huggingface_hub idna:idna
+      packaging:packaging psutil:psutil Pygments:pygments PyYAML:yaml regex:regex
+      requests:requests safetensors:safetensors sortedcontainers:sortedcontainers tqdm:tqdm
+      urllib3:urllib3 typing_extensions:typing_extensions
+    )
+    # Core: sglang and every other package of the requirements file.
+    CORE=(sglang)
+    skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
+    while read -r name; do
+      n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
+      [[ "$skip" == *" $n "* ]] || CORE+=("$name")
+    done < <(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9_.-]*\)==.*/\1/p' "$reqs")
+    # the gRPC and multimodal Rust extensions (3.2 MB; SGLang reports their absence only
+    # when a server asks for them) and the diffusion server
+    DROP='^sglang/(srt/grpc/_core[^/]*\.so|srt/multimodal/_core[^/]*\.so|multimodal_gen/.*)$'
+    write_check() {
+      cat > "$1" <<'EOF'
+#!/usr/bin/env bash
+# The import check install.sh ends with: SGLang 0.5.16's memory-pool, radix-cache and
+# scheduling modules (and its pydantic request models, which name xgrammar's types) as
+# benches/gpu_run.sh's sglang part imports them: tests/sglang_stubs.py's stand-ins, with
+# sgl_kernel and xgrammar added. Usage: bash check.sh <target>; PYTHON: the python to check.
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [ ! -f "$repo/tests/sglang_stubs.py" ]; then echo "no tests/sglang_stubs.py: import not checked"; exit 0; fi
+UKV_SGLANG_PATH=$1 UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS} \
+PYTHONPATH=$repo/tests${PYTHONPATH:+:$PYTHONPATH} ${PYTHON:-python3} - "$1" <<'PYEOF'
+import importlib, importlib.metadata as md, os, sys
+import sglang_stubs
+sglang_stubs.install_finder()
+MODULES = (
+    "sglang.srt.mem_cache.unified_memory_pool", "sglang.srt.mem_cache.multi_ended_allocator",
+    "sglang.srt.mem_cache.memory_pool", "sglang.srt.mem_cache.swa_memory_pool",
+    "sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.common",
+    "sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.swa_radix_cache",
+    "sglang.srt.mem_cache.mamba_radix_cache", "sglang.srt.mem_cache.layout.page_major",
+    "sglang.srt.managers.schedule_policy", "sglang.srt.managers.schedule_batch",
+    "sglang.kernels.ops.kvcache.cache_move", "sglang.srt.entrypoints.openai.protocol",
+    "sglang.test.ci.ci_register",
 )
-CORE=(
-  sglang pybase64 starlette msgspec pyzmq dill apache-tvm-ffi compressed-tensors gguf loguru
-  transformers orjson pydantic typing_inspection annotated_types ipython traitlets
-)
-# distribution:import name
-FALLBACK=(
-  psutil:psutil requests:requests urllib3:urllib3 idna:idna
-  charset_normalizer:charset_normalizer certifi:certifi packaging:packaging anyio:anyio
-  sniffio:sniffio tqdm:tqdm pygments:pygments aiohttp:aiohttp multidict:multidict yarl:yarl
-  propcache:propcache frozenlist:frozenlist aiohappyeyeballs:aiohappyeyeballs
-  aiosignal:aiosignal attrs:attr regex:regex huggingface_hub:huggingface_hub httpx:httpx
-  httpcore:httpcore h11:h11 tokenizers:tokenizers safetensors:safetensors pyyaml:yaml
-  sentencepiece:sentencepiece
-)
+failed = []
+for name in MODULES:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # report every module that fails, not only the first
+        failed.append(f"  {name}: {type(exc).__name__}: {exc}")
+target = os.path.realpath(sys.argv[1])
+top2dist = md.packages_distributions()
+carried, image = set(), set()
+for name, mod in list(sys.modules.items()):
+    f = getattr(mod, "__file__", None)
+    if "." in name or not f or name in ("sglang", "sglang_stubs") or name in sys.stdlib_module_names:
+        continue
+    for dist in top2dist.get(name, []):
+        try:
+            v = md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+        (carried if os.path.realpath(f).startswith(target + os.sep) else image).add(f"{dist} {v}")
+stand_ins = sorted(n for n, m in sys.modules.items() if "." not in n and "StandIn" in type(m).__name__)
+torch = sys.modules.get("torch")
+print(f"python {sys.version.split()[0]}, torch", *(
+    (torch.__version__, "cuda available", torch.cuda.is_available()) if torch else ("not imported",)))
+print("from the carried wheels:", ", ".join(sorted(carried, key=str.lower)))
+print("from the python's own packages:", ", ".join(sorted(image, key=str.lower)))
+print("stand-ins:", ", ".join(stand_ins))
+if failed:
+    print("import check FAILED:", *failed, sep="\n")
+    sys.exit(1)
+print(f"import check ok: {len(MODULES)} SGLang modules")
+PYEOF
+EOF
+    }
+    ;;
+  *) echo "no profile for SGLang $sglang (0.5.23, 0.5.16)" >&2; exit 2 ;;
+esac
 
-pin() {  # the "name==version" to download for distribution $1
-  local line
-  line=$(grep -i -E "^$1==[^ #]+" "$reqs" | head -1 | awk '{print $1}' || true)
-  if [ -z "$line" ] && [ "$1" = sglang ]; then
-    line="sglang==$(sed -n 's/^SGLANG_VERSION = "\(.*\)"/\1/p' "$repo/benches/peer_sglang.py")"
-  fi
-  if [ -z "$line" ] && [ -n "${EXTRA_PINS[$1]:-}" ]; then line="$1==${EXTRA_PINS[$1]}"; fi
-  [ -n "$line" ] || { echo "no pinned version for $1" >&2; exit 1; }
-  echo "$line"
+norm() { echo "$1" | tr 'A-Z_.' 'a-z--'; }
+req_version() {  # the version $reqs pins for distribution $1, if any
+  awk -F'==' -v want="$(norm "$1")" '/^[A-Za-z0-9]/ {
+    n = tolower($1); gsub(/[-_.]+/, "-", n); split($2, v, /[ #;]/)
+    if (n == want) { print v[1]; exit } }' "$reqs"
 }
-
+pin() {  # the "name==version" to download for distribution $1
+  local key v
+  key=$(norm "$1")
+  if [ "$key" = sglang ]; then echo "sglang==$sglang"; return; fi
+  v=${OVERRIDE_PINS[$key]:-}
+  [ -n "$v" ] || v=$(req_version "$1")
+  [ -n "$v" ] || v=${EXTRA_PINS[$key]:-}
+  [ -n "$v" ] || { echo "no pinned version for $1" >&2; exit 1; }
+  echo "$1==$v"
+}
+wheel_of() {  # the wheel of distribution $1 in directory $2
+  local w
+  w=$(cd "$2" && ls | grep -i -E "^$(norm "$1" | tr - _)-[0-9]" | head -1)
+  [ -n "$w" ] || { echo "no wheel downloaded for $1" >&2; exit 1; }
+  echo "$w"
+}
 download() {  # download DIR PIN...: cp$pyver manylinux x86_64 wheels, no dependencies
   local dir=$1; shift
   $PIP download -q --no-deps --only-binary=:all: --python-version "$pyver" \
     --implementation cp --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dir" "$@"
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d "$dir" "$@"
 }
 
 if [ -e "$dest" ] && [ ! -f "$dest/MANIFEST.txt" ] && [ -n "$(ls -A "$dest")" ]; then
@@ -82,30 +226,32 @@ if [ -e "$dest" ] && [ ! -f "$dest/MANIFEST.txt" ] && [ -n "$(ls -A "$dest")" ];
 fi
 rm -rf "$dest"
 mkdir -p "$dest/core" "$dest/fallback"
+[ ${#APART[@]} -eq 0 ] || mkdir -p "$dest/apart"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 core_pins=()
 for d in "${CORE[@]}"; do core_pins+=("$(pin "$d")"); done
 download "$tmp" "${core_pins[@]}"
-# pydantic pins its core exactly: take that pin from the wheel just downloaded.
-pyd_core=$(python3 - "$tmp"/pydantic-*.whl <<'EOF'
+# pydantic pins its core exactly: where no list names pydantic-core, take that pin from the
+# wheel just downloaded.
+if ! ls "$tmp" | grep -q -i '^pydantic_core-'; then
+  download "$tmp" "$(python3 - "$tmp"/pydantic-*.whl <<'EOF'
 import re, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
 m = re.search(r"^Requires-Dist: pydantic-core==([^\s;]+)", z.read(meta).decode(), re.M)
 print(f"pydantic-core=={m.group(1)}")
 EOF
-)
-download "$tmp" "$pyd_core"
+)"
+fi
 
-# sglang: drop what the allocator never imports (41 MB of Rust extensions; the diffusion
-# server) and the RECORD lines naming it, so pip installs the rest as an ordinary wheel.
+# sglang: drop what its path never imports (DROP) and the RECORD lines naming it, so pip
+# installs the rest as an ordinary wheel.
 sg=$(ls "$tmp"/sglang-*.whl)
-python3 - "$sg" "$dest/core/$(basename "$sg")" <<'EOF'
+python3 - "$sg" "$dest/core/$(basename "$sg")" "$DROP" <<'EOF'
 import re, sys, zipfile
-src, dst = sys.argv[1], sys.argv[2]
-drop = re.compile(r"^sglang/(srt/rust_extensions/_[^/]*\.so|multimodal_gen/.*)$")
+src, dst, drop = sys.argv[1], sys.argv[2], re.compile(sys.argv[3])
 dropped = 0
 with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
     for info in zin.infolist():
@@ -125,23 +271,57 @@ mv "$tmp"/*.whl "$dest/core/"
 fb_pins=()
 for e in "${FALLBACK[@]}"; do fb_pins+=("$(pin "${e%%:*}")"); done
 download "$dest/fallback" "${fb_pins[@]}"
-: > "$dest/fallback.txt"
+# fallback.txt: wheel, module, distribution and what the core wheels require of it (their
+# Requires-Dist for this platform, "-" for nothing), which install.sh checks the target's
+# own version against.
 for e in "${FALLBACK[@]}"; do
-  d=${e%%:*}; mod=${e##*:}
-  norm=$(echo "$d" | tr '-' '_')
-  whl=$(cd "$dest/fallback" && ls | grep -i -E "^${norm}-[0-9]" | head -1)
-  [ -n "$whl" ] || { echo "no wheel downloaded for $d" >&2; exit 1; }
-  echo "$whl $mod" >> "$dest/fallback.txt"
-done
+  echo "$(wheel_of "${e%%:*}" "$dest/fallback") ${e##*:} ${e%%:*}"
+done > "$tmp/fallback.in"
+python3 - "$pyver" "$dest" "$tmp/fallback.in" > "$dest/fallback.txt" <<'EOF'
+import glob, re, sys, zipfile
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+pyver, dest, listed = sys.argv[1], sys.argv[2], sys.argv[3]
+env = {"python_version": pyver, "python_full_version": pyver + ".0", "sys_platform": "linux",
+       "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+       "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+wants: dict[str, list[str]] = {}
+for whl in sorted(glob.glob(f"{dest}/core/*.whl")):
+    z = zipfile.ZipFile(whl)
+    meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    for line in re.findall(r"^Requires-Dist: (.+)$", meta, re.M):
+        try:
+            r = Requirement(line.strip())
+        except ValueError as exc:  # an old wheel's malformed line: say so, go on
+            print(f"{whl}: not read: {line.strip()!r} ({exc})", file=sys.stderr)
+            continue
+        if r.specifier and (r.marker is None or r.marker.evaluate(env)):
+            wants.setdefault(canonicalize_name(r.name), []).append(str(r.specifier))
+for line in open(listed):
+    wheel, module, dist = line.split()
+    spec = ",".join(sorted(set(wants.get(canonicalize_name(dist), [])))) or "-"
+    print(wheel, module, dist, spec)
+EOF
+if [ ${#APART[@]} -gt 0 ]; then
+  apart_pins=()
+  for d in "${APART[@]}"; do apart_pins+=("$(pin "$d")"); done
+  download "$dest/apart" "${apart_pins[@]}"
+fi
+write_check "$dest/check.sh"
 
 cat > "$dest/install.sh" <<'EOF'
 #!/usr/bin/env bash
-# Install the SGLang peer for benches/ from the wheels beside this script, without
-# dependency resolution and without touching the python's own site-packages:
-#   bash .gpu/peer/install.sh <target-dir> [--all]
+# Install the SGLang wheels beside this script, without dependency resolution and without
+# touching the python's own site-packages:
+#   bash install.sh <target-dir> [--all]
 # then run with PYTHONPATH=<target-dir>:$PYTHONPATH. core/ is always installed; a wheel of
-# fallback/ only where its module is missing (all of them with --all, or after a failed
-# import check). Environment: PYTHON (default python3), PIP (default "$PYTHON -m pip").
+# fallback/ only where its module is missing or its version is refused by what fallback.txt
+# says the core wheels require (all of them with --all, or after a failed import check).
+# Environment: PYTHON (default python3), PIP (default "$PYTHON -m pip").
 set -euo pipefail
 target=${1:?usage: install.sh <target-dir> [--all]}
 all=${2:-}
@@ -157,19 +337,31 @@ inst() {  # pip install into the target; its two expected warnings are not shown
   echo "$log" | grep -v -E "^(WARNING: (Running pip as|Target directory)|$)" || true
   return $rc
 }
-fallbacks() {  # the fallback wheels whose module is missing (all with --all)
+fallbacks() {  # the fallback wheels needed, each with the reason on stderr (all with --all)
   $PY - "$here/fallback.txt" "$1" <<'PYEOF'
-import importlib.util, sys
+import importlib.metadata as md, importlib.util, sys
+try:
+    from packaging.specifiers import SpecifierSet
+except ImportError:
+    from pip._vendor.packaging.specifiers import SpecifierSet
 for line in open(sys.argv[1]):
-    wheel, module = line.split()
-    if sys.argv[2] == "--all" or importlib.util.find_spec(module) is None:
+    wheel, module, dist, spec = line.split()
+    why = "--all" if sys.argv[2] == "--all" else None
+    if why is None and importlib.util.find_spec(module) is None:
+        why = "missing"
+    if why is None and spec != "-":
+        try:
+            have = md.version(dist)
+        except md.PackageNotFoundError:
+            have = None  # importable without metadata: keep what is there
+        if have is not None and not SpecifierSet(spec).contains(have, prereleases=True):
+            why = f"{dist} {have} not {spec}"
+    if why:
         print(wheel)
+        print(f"  {wheel}: {why}", file=sys.stderr)
 PYEOF
 }
-check() {  # import SGLang's allocator path as the bench will (sgl_kernel stand-in on CUDA)
-  local peer=$here/../../benches/peer_sglang.py
-  if [ -f "$peer" ]; then $PY "$peer" --device cuda; else echo "no $peer: import not checked"; fi
-}
+check() { PYTHON=$PY bash "$here/check.sh" "$target"; }
 start=$SECONDS
 inst "$here"/core/*.whl
 missing=$(fallbacks "$all")
@@ -181,24 +373,24 @@ else
 fi
 if ! check && [ "$all" != --all ]; then
   echo "import check failed: installing every fallback and checking again"
-  (cd "$here/fallback" && inst $(fallbacks --all))
+  (cd "$here/fallback" && inst --upgrade $(fallbacks --all 2>/dev/null))
   check
 fi
-echo "peer installed into $target in $((SECONDS - start)) s"
+echo "SGLang installed into $target in $((SECONDS - start)) s"
 EOF
-chmod +x "$dest/install.sh"
+chmod +x "$dest/install.sh" "$dest/check.sh"
 
-( cd "$dest" && find core fallback -name '*.whl' -printf '%s %p\n' | sort -k2 ) > "$dest/MANIFEST.txt"
 {
-  echo "# made by benches/prepare_peer_wheels.sh --python-version $pyver on $(date -u +%FT%TZ)"
+  echo "# made by benches/prepare_peer_wheels.sh --sglang $sglang --python-version $pyver on $(date -u +%FT%TZ)"
+  echo "# versions from ${reqs#"$repo"/}${NOT_CARRIED[*]:+; not carried: ${NOT_CARRIED[*]}}"
   echo "# bytes path"
-} | cat - "$dest/MANIFEST.txt" > "$tmp/m" && mv "$tmp/m" "$dest/MANIFEST.txt"
+  (cd "$dest" && find core fallback apart -name '*.whl' -printf '%s %p\n' 2>/dev/null | sort -k2)
+} > "$dest/MANIFEST.txt"
 total=$(du -sb "$dest" | cut -f1)
-printf 'core %.1f MiB, fallback %.1f MiB, total %.1f MiB in %s (budget %d MiB)\n' \
-  "$(du -sb "$dest/core" | awk '{print $1 / 1048576}')" \
-  "$(du -sb "$dest/fallback" | awk '{print $1 / 1048576}')" \
-  "$(echo "$total" | awk '{print $1 / 1048576}')" "$dest" "$budget_mib"
+mib() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+echo "core $(mib "$dest/core") MiB, fallback $(mib "$dest/fallback") MiB, apart" \
+  "$(mib "$dest/apart") MiB, total $(mib "$dest") MiB in $dest (budget $budget_mib MiB)"
 if [ "$total" -gt $((budget_mib * 1048576)) ]; then
-  echo "over budget: the ukv wheel must fit in the same 64 MiB carry" >&2
+  echo "over budget: the ukv wheel(s) must fit in the same 64 MiB carry" >&2
   exit 1
 fi

@@ -19,6 +19,7 @@ import pstats
 
 import torch
 from bench_step_launches import _pool  # the same model and pool as the step bench
+from harness import relative_paths
 
 CALLS = 2000
 
@@ -65,10 +66,13 @@ def main() -> int:
         prof.disable()
         text.write(f"\n=== {name}: {CALLS} calls\n")
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(15)
-    print(text.getvalue())
+    # pstats names each function's file by its absolute path: record them relative to the
+    # repository (and ukv's or torch's package), not to this machine's folders.
+    report = relative_paths(text.getvalue())
+    print(report)
     if args.out:
         with open(args.out, "w") as f:
-            f.write(text.getvalue())
+            f.write(report)
     return 0
 
 

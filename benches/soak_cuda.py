@@ -32,7 +32,7 @@ import torch
 import ukv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import utc_now, write_results  # noqa: E402
+from harness import command, utc_now, write_results  # noqa: E402
 
 HEADS, DIM = 2, 16
 MAX_STATES = 128
@@ -227,7 +227,7 @@ def _write(out: Path, results: list[dict], argv: list[str]) -> None:
     lines = [
         "# ukv soak through the public API",
         "",
-        f"- command: `python {' '.join(argv)}`",
+        f"- command: `{command('soak_cuda.py', argv)}`",
         f"- machine: {gpu}; Python {sys.version.split()[0]}, torch {torch.__version__}",
         f"- date: {utc_now()}",
         "",
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         res = run(args.device, args.ops, mode == "lazy", args.page_size, args.check_every,
                   args.seed, args.out / "soak-progress.jsonl", args.total_kib)  # fmt: skip
         results.append(res)
-        _write(args.out, results, ["benches/soak_cuda.py", *(argv or sys.argv[1:])])
+        _write(args.out, results, sys.argv[1:] if argv is None else argv)
         print({k: v for k, v in res.items() if k != "samples"}, flush=True)
     return 0
 

@@ -1,18 +1,24 @@
 """A pytest plugin (``-p sglang_stubs``) that makes a ``--no-deps`` SGLang importable.
 
-Used only by ``test_sglang_dropin_real.py``, in a child process: it puts the directories
+Used by ``test_sglang_dropin_real.py`` and the benches that run SGLang (in child
+processes, e.g. ``benches/sglang_upstream.py``): it puts the directories
 of ``UKV_SGLANG_PATH`` (``os.pathsep``-separated: SGLang 0.5.16 installed with
 ``pip install --no-deps --target``, plus any real dependencies installed the same way) in
 front of ``sys.path``, and serves stand-in modules for the third-party packages SGLang
-imports at module level but the memory-pool path never uses (:data:`STUBBED`). A
-stand-in's attributes are further stand-ins; classes may derive from them.
+imports at module level but the memory-pool path never uses (:data:`STUBBED`, plus the
+names in ``UKV_SGLANG_STUBS``). A stand-in's attributes are further stand-ins; classes
+may derive from them. The packages of :data:`TYPED` (only where ``UKV_SGLANG_STUBS``
+names them) are served differently: their attributes are classes that a pydantic model
+may name as a field's type.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.abc
 import importlib.machinery
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -27,7 +33,16 @@ STUBBED = (
     "starlette",
     "torchvision",
     "zmq",
-)
+) + tuple(n for n in os.environ.get("UKV_SGLANG_STUBS", "").split(",") if n)
+# ``UKV_SGLANG_STUBS`` (comma-separated top-level names) adds to the list for one run, e.g.
+# ``sgl_kernel`` where SGLang's CUDA path imports it but it is not installed; CI sets none.
+
+#: Stand-ins whose every attribute is a class (:class:`_StandInType`), for packages whose
+#: names SGLang puts in its pydantic request models: ``xgrammar`` (45 MB, not carried to the
+#: GPU machine; ``sglang.srt.entrypoints.openai.protocol`` names ``xgrammar.StructuralTag``
+#: in a field's type, and ``function_call.inkling_detector`` imports it unguarded). Served
+#: only when ``UKV_SGLANG_STUBS`` names them; CI installs the real package.
+TYPED = ("xgrammar",)
 
 
 class _StandInBase:
@@ -80,6 +95,29 @@ class _StandInModule(types.ModuleType):
         return _StandIn()
 
 
+class _StandInType(_StandInBase):
+    """An attribute of a :data:`TYPED` stand-in: a real class, so ``isinstance`` checks,
+    subclassing and type annotations work, and pydantic accepts it as a field's type."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema()
+
+
+class _TypedStandInModule(types.ModuleType):
+    """A :data:`TYPED` stand-in: each attribute is a :class:`_StandInType` subclass of that
+    name, made once (so every importer sees the same class)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        cls = type(name, (_StandInType,), {"__module__": self.__name__})
+        setattr(self, name, cls)
+        return cls
+
+
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname.split(".")[0] in STUBBED:
@@ -87,7 +125,8 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StandInModule(spec.name)
+        typed = spec.name.split(".")[0] in TYPED
+        module = (_TypedStandInModule if typed else _StandInModule)(spec.name)
         module.__path__ = []
         module.__version__ = "0"  # read by transformers' version probes
         return module
@@ -102,9 +141,55 @@ def sglang_paths() -> list[str]:
     return [p for p in raw.split(os.pathsep) if p and os.path.isdir(p)]
 
 
-def pytest_configure(config: Any) -> None:
+def sglang_found() -> bool:
+    """Whether ``UKV_SGLANG_PATH`` names a directory holding SGLang.
+
+    Raises:
+        RuntimeError: SGLang is not found while ``UKV_REQUIRE_SGLANG=1`` (CI sets it: the
+            tests that drive SGLang's own code must run there, not skip).
+    """
+    found = any(os.path.isdir(os.path.join(p, "sglang")) for p in sglang_paths())
+    if not found and os.environ.get("UKV_REQUIRE_SGLANG") == "1":
+        raise RuntimeError(
+            "UKV_REQUIRE_SGLANG=1 but UKV_SGLANG_PATH names no SGLang install: "
+            f"{os.environ.get('UKV_SGLANG_PATH', '')!r}"
+        )
+    return found
+
+
+def sglang_version() -> str | None:
+    """The version of the SGLang ``UKV_SGLANG_PATH`` names (its ``sglang-*.dist-info``),
+    read without importing it; None when there is none."""
+    for path in sglang_paths():
+        for meta in sorted(glob.glob(os.path.join(path, "sglang-*.dist-info", "METADATA"))):
+            with open(meta, encoding="utf-8", errors="replace") as f:
+                m = re.search(r"^Version:\s*(\S+)", f.read(4096), re.MULTILINE)
+            if m:
+                return m.group(1)
+    return None
+
+
+def sglang_release() -> str | None:
+    """The drop-in layout serving that SGLang (``"0.5.16"`` or ``"0.5.23"``), or None
+    without one: the tests of one release skip when another is installed."""
+    version = sglang_version()
+    if version is None:
+        return None
+    from ukv.integrations.sglang.layouts import layout_for
+
+    return layout_for(version).version
+
+
+def install_finder() -> None:
+    """Put ``UKV_SGLANG_PATH`` first on ``sys.path`` and serve the stand-ins (after every
+    other finder: an installed package wins); what :func:`pytest_configure` does before it
+    checks ukv's bases. Used alone by ``benches/prepare_peer_wheels.sh``'s import check."""
     sys.path[:0] = sglang_paths()
     sys.meta_path.append(_StandInFinder())
+
+
+def pytest_configure(config: Any) -> None:
+    install_finder()
     from ukv.integrations.sglang import bases
 
     assert bases.FROM_SGLANG, "SGLang's base classes did not import (see UKV_SGLANG_PATH)"

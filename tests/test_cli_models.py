@@ -114,6 +114,26 @@ def test_plan_text_names_dtypes_for_a_single_kind_model(capsys: Any) -> None:
     assert rows == {1024: 64, 8192: 8, 32768: 2}
 
 
+@pytest.mark.parametrize(
+    "model,kv,state",
+    [
+        # Issue 30: two published configs `ukv plan` refused. The bytes are worked out by
+        # hand in tests/test_models_families.py, with where each value comes from.
+        ("Zamba2-1.2B", 98_304, {"sglang": 80_684_032, "vllm": 40_838_144}),
+        ("tiny-NemotronHForCausalLM", 1_024, {"sglang": 2_432, "vllm": 2_432}),
+    ],
+)
+def test_plan_published_configs_once_refused(
+    model: str, kv: int, state: dict[str, int], capsys: Any
+) -> None:
+    data = run_json(["plan", "--model", str(FIXTURES / model), "--memory", "4GiB"], capsys)
+    assert data["kind"] == "mamba" and data["max_context"] == 4096
+    assert data["kv_bytes_per_token"] == kv
+    assert data["state_bytes_per_request"] == state["sglang"]
+    assert data["state_bytes_by_engine"] == state
+    assert all(row["unified"] > 0 for row in data["rows"])
+
+
 @pytest.mark.parametrize("model", ["Kimi-Linear-48B-A3B", "MiniMax-Text-01", "Mamba-Codestral-7B"])
 def test_simulate_json_on_new_families(model: str, capsys: Any) -> None:
     argv = ["simulate", "--model", str(FIXTURES / model), "--memory", "8GiB", "--trace", "chat",

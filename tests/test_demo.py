@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ukv.demo import report
 from ukv.demo.run import DemoConfig, run_variant
 from ukv.execution.base import PLAN_MOVES
 from ukv.execution.host import HostExecutor
@@ -125,7 +126,59 @@ def test_cli_reports_identical_outputs(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr + out.stdout
     assert "outputs identical to reference: yes" in out.stdout
     assert "mamba-hybrid" in out.stdout and "swa-hybrid" in out.stdout
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _png_size(png) == report.png_size(2)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's header (its IHDR chunk opens at byte 8)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _legend(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_arena_picture_names_what_it_shows(tmp_path: Path) -> None:
+    """One titled panel per model with axis labels and a legend naming both sides, the
+    moving boundary and the static split; the dashed line sits at the split's ratio."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    demo = DemoConfig(num_requests=24, total_bytes=1 << 19, max_running=8)
+    results = [
+        run_variant("mamba", lazy=False, device="cpu", demo=demo),
+        run_variant("swa", lazy=True, device="cpu", demo=demo),
+    ]
+    fig = report.arena_figure(results)
+    try:
+        assert "0.5 MiB pool of its own" in fig.get_suptitle()
+        mamba, swa = fig.axes
+        assert mamba.get_title().startswith("Mamba hybrid (2 full-attention + 2 Mamba layers)")
+        assert "eager compaction" in mamba.get_title()
+        assert swa.get_title().startswith("SWA hybrid (2 full-attention + 2 sliding-window")
+        assert "lazy compaction" in swa.get_title()
+        for ax, other in ((mamba, "Mamba state"), (swa, "sliding-window KV")):
+            assert ax.get_xlabel().startswith("serving step")
+            assert ax.get_ylabel() == "position in the pool (MiB)"
+            assert ax.get_ylim() == (0.0, 0.5)
+            labels = _legend(ax)
+            assert labels[0] == "full-attention KV (grows up from 0)"
+            assert labels[1] == f"{other} (grows down from the top)"
+            assert labels[-2].startswith("moving boundary")
+            assert labels[-1].startswith("static split at the trace's mean ratio")
+        assert not any(t.startswith("holes") for t in _legend(mamba))  # eager: none
+        assert any(t.startswith("holes") for t in _legend(swa))
+        for ax, r in zip(fig.axes, results):
+            k, other_bytes = r.static_split
+            (dashed,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+            assert dashed.get_ydata()[0] == pytest.approx(0.5 * k / (k + other_bytes))
+    finally:
+        plt.close(fig)
+    png = tmp_path / "arena.png"
+    report.arena_png(results, png)
+    assert _png_size(png) == report.png_size(2) == (1100, 760)
 
 
 @pytest.mark.gpu

@@ -183,6 +183,23 @@ def test_the_tap_names_the_public_call() -> None:
         PlanTap(pool)
 
 
+def test_a_tap_set_on_a_released_pool_survives_the_resume(device: str) -> None:
+    """Review round 4, F7: the tap was a monkey-patch of ``run``, which the resume's new
+    executor replaced; every plan after it went unrecorded, so the check passed whatever
+    the ranks did. The runtime now applies the tap whenever it binds ``run``."""
+    pool = ukv.UnifiedKVPool(24 << 10, _specs(False), page_size=2, device=device)
+    pool.release_memory()
+    tap = PlanTap(pool)
+    pool.resume_memory()
+    kv = pool.allocator("full")
+    ids = kv.alloc(4)
+    kv.free(ids[:2])
+    assert tap.labels == ["SubPoolAllocator.alloc", "SubPoolAllocator.free"]
+    assert len(tap.log.records()) == 2
+    with pytest.raises(ukv.ArgumentError, match="tensor-parallel"):
+        pool.release_memory()  # a tapped pool is never released (the follower's is not)
+
+
 def test_the_divergence_message_names_step_plan_and_calls() -> None:
     same = StepFacts([1, 2], ["SubPoolAllocator.alloc", "SubPoolAllocator.free"], ["a", "b"])
     other = StepFacts([1, 3], ["SubPoolAllocator.alloc", "SubPoolAllocator.alloc"], ["a", "c"])
@@ -194,6 +211,17 @@ def test_the_divergence_message_names_step_plan_and_calls() -> None:
     assert short.op == 1 and "(no such plan)" in str(short)
     tables = _explain(4, [StepFacts([], [], [], [5, 6]), StepFacts([], [], [], [5, 9])], ["f", "m"])
     assert tables.op is None and tables.label == ["m"] and "sub-pools ['m']" in str(tables)
+
+
+def test_a_rank_that_failed_its_step_is_named_before_any_plan() -> None:
+    """Review round 4, F8: a follower that could not apply a step joins the check with a
+    failure; every rank's error names it, whatever the plans were."""
+    leader = StepFacts([1, 2], ["SubPoolAllocator.alloc"] * 2, ["a", "b"])
+    failed = StepFacts([], [], [], failure="applying step 3 failed: RuntimeError('oom')")
+    err = _explain(3, [leader, failed], ["full"])
+    assert (err.step, err.op) == (3, None)
+    assert "rank 1 failed to apply it (applying step 3 failed: RuntimeError('oom'))" in str(err)
+    assert err.label == ["", failed.failure]
 
 
 class _TwoRanks:

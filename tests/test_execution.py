@@ -152,6 +152,93 @@ def test_clear_applies_inflight_frees_first() -> None:
     assert pool.stats().inflight_frees == 0
 
 
+# ----- eager moves and forwards in flight (review round 4, F4) -----------------------------
+
+
+@pytest.mark.parametrize("executor", ["packed", "host"])
+def test_eager_moves_wait_for_every_unretired_forward(monkeypatch, executor: str) -> None:
+    """SGLang's overlap order: a forward is launched on its own stream writing KV at the
+    physical ids of its new tokens; the free of a finished request (GPU ids) lands and is
+    applied by the next mutating call while that forward still runs. Eager compaction
+    moves exactly those new pages (the topmost survivors). Its copies must run after the
+    forward's writes, or the new KV stays behind on the vacated page. The stand-in event
+    plays the forward: it writes its KV when it completes, i.e. when the pool waits on it,
+    or when the test completes it afterwards (too late: the bytes already moved)."""
+    if executor == "host":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+    elif os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the packed executor runs on CPU only under TRITON_INTERPRET=1")
+    pool = _pool(lazy=False)
+    assert type(pool._exec).__name__ == ("HostExecutor" if executor == "host" else "PackedExecutor")
+    fa = pool.allocator("full")
+    ks, vs = pool.kv_views("full")
+    finished, survivor = fa.alloc(6), fa.alloc(2)
+    new = fa.alloc(3)  # the next forward's tokens: the topmost pages
+    phys = fa.translate_kv_loc(new)  # translated before the launch, as SGLang does
+    log: list[str] = []
+
+    def forward_writes() -> None:  # the forward's KV store at the ids it was given
+        log.append("forward done")
+        for view in (*ks, *vs):
+            view[phys, 0] = 7.0
+
+    fwd = StandInEvent(on_done=forward_writes)
+    pool.set_inflight_forward(fwd, new)
+    pool.add_move_listener(lambda moves: log.append("pages moved"))
+    _queue_free(pool, "full", finished, StandInEvent(done=True))  # landed: applied next
+    fa.free_group_begin()  # the next mutating call (process_batch_result's), fwd in flight
+    fa.free_group_end()
+    fwd.complete()  # a no-op if the pool waited; the late write otherwise
+    assert "pages moved" in log and not torch.equal(fa.translate_kv_loc(new), phys)
+    assert log[:2] == ["forward done", "pages moved"], log
+    for tensor in pool.get_cpu_copy("full", new):
+        assert torch.all(tensor == 7.0), "the forward's new KV was left on a vacated page"
+    assert fa.allocated_count() == 5 and survivor is not None
+    pool.check_invariants()
+
+
+def test_eager_plans_without_moves_or_forwards_wait_for_nothing() -> None:
+    """The wait costs nothing where it is not needed: allocations (no moves) and moves
+    with no forward reported never touch an event."""
+    pool = _pool(lazy=False)
+    fa = pool.allocator("full")
+    fwd = StandInEvent()
+    a = fa.alloc(4)
+    pool.set_inflight_forward(fwd, a)
+    fa.alloc(4)  # no moves while the forward runs: no wait
+    assert fwd.syncs == 0
+    fwd.complete()
+    pool.retire_completed()
+    fa.free(a)  # moves, but no forward unretired
+    assert pool.stats().pages_moved > 0 and fwd.syncs == 0
+
+
+def test_lazy_pools_keep_their_planned_waits_only() -> None:
+    """Lazy pools never move a page an unretired forward writes (non-urgent flushes skip
+    them), so their moves wait only where the core's plan says."""
+    pool = _pool(lazy=True)
+    fa = pool.allocator("full")
+    a, b = fa.alloc(4), fa.alloc(4)
+    fwd = StandInEvent()
+    pool.set_inflight_forward(fwd, b)
+    fa.free(a)
+    pool.flush()
+    assert fwd.syncs == 0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_only_lazy_pools_keep_a_forwards_write_set(lazy: bool, device: str) -> None:
+    """Review round 4, N8: an eager pool never reads write sets, yet staged a copy of
+    ``out_cache_loc`` (a device-to-host copy, a ring slot, an event) every step. It still
+    checks the argument."""
+    pool = _pool(device, lazy=lazy)
+    ids = pool.allocator("full").alloc(4)
+    pool.set_inflight_forward(StandInEvent(), ids)
+    assert len(pool._runtime.forwards.write_locs) == int(lazy)
+    with pytest.raises(ukv.ArgumentError, match="out_cache_loc"):
+        pool.set_inflight_forward(StandInEvent(), ids.float())
+
+
 # ----- poisoning ---------------------------------------------------------------------------
 
 
@@ -281,6 +368,56 @@ def test_device_frees_keep_every_byte() -> None:
             assert torch.equal(ks[layer][phys // 4, phys % 4], data)
             assert torch.equal(vs[layer][phys // 4, phys % 4], data)
     assert pool.stats().pages_moved > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_eager_compaction_waits_for_the_forward_writing_its_pages(page_size: int) -> None:
+    """Review round 4, F4 on a real stream: a slow forward on a side stream writes the KV
+    of its new tokens (translated before it was launched); meanwhile the free of a
+    finished request (GPU ids) lands and the next mutating call applies it, and eager
+    compaction moves exactly those new pages. The moves must wait for the forward, or its
+    KV lands on the vacated pages and the new tokens read stale bytes."""
+    specs = [
+        ukv.MHASpec("full", 2, 2, 64, torch.float32, grow="up"),
+        ukv.MambaSpec("mamba", 1, ((8, 3),), torch.float32, (2, 4, 4), torch.float32, "down"),
+    ]
+    pool = ukv.UnifiedKVPool(16 << 20, specs, page_size=page_size, device="cuda", lazy=False)
+    fa = pool.allocator("full")
+    # Load the store and move kernels first: a kernel's first launch loads its module,
+    # which waits for the device to go idle (the forward below would end right there).
+    warm = fa.alloc(2 * page_size)
+    pool.set_kv(
+        "full", 0, fa.translate_kv_loc(warm), *[torch.zeros(warm.numel(), 2, 64, device="cuda")] * 2
+    )
+    fa.free(warm[:page_size].cpu())  # compacts: the page above moves down
+    fa.free(warm[page_size:].cpu())
+    assert pool.stats().pages_moved > 0
+    finished = fa.alloc(32 * page_size)
+    survivor = fa.alloc(4 * page_size)
+    new = fa.alloc(16 * page_size)  # the topmost pages: what compaction moves
+    phys = fa.translate_kv_loc(new)
+    k = torch.full((new.numel(), 2, 64), 3.0, device="cuda")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    done = torch.cuda.Event()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(10 * SLEEP_CYCLES)  # about 0.2 s: the forward is still running
+        for layer in range(2):
+            pool.set_kv("full", layer, phys, k, k)
+        done.record(side)
+    pool.set_inflight_forward(done, new)
+    fa.free(finished)  # GPU ids: queued; the copy lands at once on the idle current stream
+    torch.cuda.current_stream().synchronize()
+    assert not done.query(), "the forward ended before the compaction: this tests nothing"
+    fa.free_group_begin()  # the next mutating call applies the landed free and compacts
+    fa.free_group_end()
+    assert pool.stats().pages_moved > 0 and not torch.equal(fa.translate_kv_loc(new), phys)
+    torch.cuda.synchronize()
+    for tensor in pool.get_cpu_copy("full", new):
+        assert torch.all(tensor == 3.0), "the forward's new KV was left on a vacated page"
+    assert survivor is not None
+    pool.check_invariants()
 
 
 @pytest.mark.gpu

@@ -227,7 +227,7 @@ def test_padding_sink_never_overlaps_a_live_page(device: str, ps: int) -> None:
     zero = torch.zeros(ps, dtype=torch.int64, device=pool.raw.device)
     ks, _ = pool.kv_views("full")
     for layer in range(len(ks)):
-        junk = torch.full((ps, 2, 8), 7.0)
+        junk = torch.full((ps, 2, 8), 7.0, device=pool.raw.device)
         pool.set_kv("full", layer, zero + torch.arange(ps, device=zero.device), junk, junk)
     conv, temporal = pool.state_views("side")
     conv[0][:, 0] = -1.0

@@ -506,6 +506,27 @@ def test_translate_reference_values():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ids_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("out_dtype", [torch.int64, torch.int32])
+def test_translate_slots_keeps_no_state_as_minus_one(device, ids_dtype, out_dtype):
+    """State slots: the live ones map through v2p; padding (-1), slot 0 (the padding
+    anchor), tombstoned slots and ids past the table all come out -1 ("no state")."""
+    ids, v2p = _translate_inputs(device, ids_dtype)
+    got = ops.translate(ids, v2p, 1, out_dtype=out_dtype, slots=True)
+    want = reference.translate_ref(ids, v2p, 1, out_dtype=out_dtype, slots=True)
+    assert got.dtype == out_dtype and torch.equal(got, want)
+    # ids 0..7 then 8 .. 27 (past the 7-row table), negatives, 1000.
+    assert want.tolist() == [-1, 5, -1, 2, -1, 3] + [-1] * 14
+    # In place when the dtypes agree (``out`` aliasing the ids), else into a fresh ``out``.
+    out = ids.clone() if out_dtype == ids_dtype else torch.empty_like(got)
+    src = out if out_dtype == ids_dtype else ids
+    assert ops.translate(src, v2p, 1, out=out, out_dtype=out_dtype, slots=True) is out
+    assert torch.equal(out, want)
+    with pytest.raises(ArgumentError, match="page_size 1"):
+        ops.translate(ids, v2p, 4, slots=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_translate_out_keeps_identity_and_may_alias_ids(device):
     ids, v2p = _translate_inputs(device)
     expected = reference.translate_ref(ids, v2p, 4)

@@ -487,9 +487,8 @@ def test_unknown_family_names_the_fields_it_could_not_map() -> None:
 
 REQUIRED_KEYS = {  # keys without a transformers default; the others are defaulted
     "Qwen3-Next-80B-A3B": ["num_hidden_layers", "num_attention_heads"],
-    "Nemotron-Nano-9B-v2": [
+    "Nemotron-Nano-9B-v2": [  # num_hidden_layers: the pattern's length (transformers 5)
         "hybrid_override_pattern",
-        "num_hidden_layers",
         "mamba_num_heads",
         "mamba_head_dim",
         "n_groups",

@@ -141,6 +141,23 @@ EXPECTED: dict[str, tuple[str, int, int, int]] = {
         mamba2(27, 128 * 80, 8, 128, 128, 80, 4, ssm=4),
         mamba2(27, 128 * 80, 8, 128, 128, 80, 4, ssm=4),
     ),
+    # Zyphra's own config (issue 30): "m"/"g" layers, state_size / conv_dimension /
+    # expansion_factor. 38 Mamba2 layers (I = 2 x 2048, 1 group, N 128, 64 heads of 64);
+    # the 6 "g" layers each hold the shared block's KV: 32 KV heads x (2 x 2048 / 32 = 128).
+    "Zamba2-1.2B": (
+        "mamba",
+        6 * 2 * 32 * 128 * 2,
+        mamba2(38, 4096, 1, 128, 64, 64, 4, ssm=4),
+        mamba2(38, 4096, 1, 128, 64, 64, 4, ssm=2),
+    ),
+    # written by transformers 5 (issue 30): no num_hidden_layers. 1 attention layer (2 KV
+    # heads x 128), 1 Mamba2 (8 heads x 4 = I 32, 1 group, N 16); fp32 SSM state named.
+    "tiny-NemotronHForCausalLM": (
+        "mamba",
+        1 * 2 * 2 * 128 * 2,
+        mamba2(1, 32, 1, 16, 8, 4, 4, ssm=4),
+        mamba2(1, 32, 1, 16, 8, 4, 4, ssm=4),
+    ),
     # the presets' families, vLLM's column now in the serving dtype (issue 21: was 2x off)
     "Qwen3-Next-80B-A3B": (
         "mamba",
@@ -277,6 +294,92 @@ def test_nemotron_transformers5_equals_the_preset_pattern() -> None:
     tf5 = models.from_hf_config(FIXTURES / "Nemotron-Nano-9B-v2-tf5", name="Nemotron-Nano-9B-v2")
     old = models.from_hf_config(FIXTURES / "Nemotron-Nano-9B-v2")
     assert tf5 == old
+
+
+# ------------------------------------------------ published configs once refused (issue 30)
+
+
+def test_zamba2_1_2b_plans_with_its_exact_bytes() -> None:
+    """``Zyphra/Zamba2-1.2B`` at revision 4f8e85cd31975fe07d8fc3145239d58913192294, its
+    config.json as published (the fixture keeps every key). It predates transformers'
+    Zamba2Config: ``layers_block_type`` holds ``"m"`` / ``"g"`` and the Mamba2 sizes are
+    ``state_size`` 128, ``conv_dimension`` 4, ``expansion_factor`` 2 (transformers would
+    read ``mamba_d_state`` and fall back to 64). Zyphra's transformers fork reads them so:
+    configuration_zamba2.py ("m" a Mamba layer, "g" the shared transformer block followed by
+    a Mamba layer), mamba2_layer.py (``d_state = state_size``, ``d_conv =
+    conv_dimension``, ``d_inner = expansion_factor * hidden_size``, ``ngroups = 1``,
+    ``nheads = d_inner // mamba_headdim``), and the shared attention's KV of
+    ``num_query_groups`` 32 heads of ``2 * kv_channels`` = ``2 * 2048 / 32`` = 128.
+
+    By hand (MODELS.md's formulas; bf16 KV and conv, fp32 SSM state as SGLang keeps it):
+    KV per token 6 "g" layers x 2 (K, V) x 32 heads x 128 x 2 B = 98,304 B; state per
+    request 38 layers x (conv (4096 + 2 x 1 x 128) x 3 x 2 B = 26,112 B + temporal
+    64 x 64 x 128 x 4 B = 2,097,152 B) = 38 x 2,123,264 = 80,684,032 B (vLLM, bf16 state:
+    38 x (26,112 + 1,048,576) = 40,838,144 B).
+    """
+    shape = models.from_hf_config(FIXTURES / "Zamba2-1.2B")
+    assert shape.layer_ids("full+mamba") == (5, 11, 17, 23, 29, 35)
+    assert shape.layer_ids("mamba") == tuple(i for i in range(38) if i % 6 != 5)
+    assert shape.state is not None and shape.state.mixer == models.Mamba2Mixer(
+        num_heads=64, head_dim=64, num_groups=1, d_state=128, d_conv=4
+    )
+    assert shape.kv_bytes_per_token() == 98_304
+    assert shape.state_bytes_per_request() == 80_684_032
+    assert apply_engine_dtypes(shape, "vllm")[0].state_bytes_per_request() == 40_838_144
+    assert shape.max_position_embeddings == 4096
+    # The letters are the words transformers spells: the same model either way.
+    words = config("Zamba2-1.2B")
+    words["layers_block_type"] = [
+        {"m": "mamba", "g": "hybrid"}[t] for t in words["layers_block_type"]
+    ]
+    assert models.from_hf_config(words, name="Zamba2-1.2B") == shape
+
+
+def test_zamba2_transformers_keys_come_before_zyphras() -> None:
+    # A config with both spellings is read as transformers reads it.
+    cfg = config("Zamba2-1.2B")
+    cfg.update(mamba_d_state=64, mamba_d_conv=3, mamba_expand=1)
+    mixer = models.from_hf_config(cfg).state.mixer  # type: ignore[union-attr]
+    assert (mixer.d_state, mixer.d_conv, mixer.num_heads * mixer.head_dim) == (64, 3, 2048)
+
+
+def test_tiny_nemotron_h_from_transformers5_plans_with_its_exact_bytes() -> None:
+    """``trl-internal-testing/tiny-NemotronHForCausalLM``, config.json as on the Hub's main
+    page (transformers 5 writes it; the fixture keeps the keys up to ``time_step_floor``
+    and drops the later time-step, ``use_*`` and vocabulary keys, none of which sizes a
+    cache). Transformers 5's NemotronHConfig deprecates ``num_hidden_layers`` and derives
+    it from ``layers_block_type`` (here ``["mamba", "attention"]``, so 2 layers); it also
+    writes ``mtp_layers_block_type``, the multi-token-prediction layers, which a model only
+    runs with ``num_nextn_predict_layers`` > 0 (0 here) as a speculative-decoding draft.
+
+    By hand: KV per token 1 attention layer x 2 (K, V) x 2 KV heads x head_dim 128 x 2 B =
+    1,024 B; state per request 1 Mamba2 layer x (conv (8 x 4 + 2 x 1 x 16) x 3 x 2 B =
+    384 B + temporal 8 x 4 x 16 x 4 B = 2,048 B) = 2,432 B, the same for both engines
+    (``mamba_ssm_cache_dtype`` float32, which vLLM's Nemotron-H hook keeps).
+    """
+    shape = models.from_hf_config(FIXTURES / "tiny-NemotronHForCausalLM")
+    assert shape.layer_kinds == ("mamba", "full")
+    assert shape.kv_bytes_per_token() == 1_024
+    assert shape.state_bytes_per_request() == 2_432
+    assert apply_engine_dtypes(shape, "vllm")[0].state_bytes_per_request() == 2_432
+    # num_hidden_layers, when a config names it, must agree with the list.
+    cfg = config("tiny-NemotronHForCausalLM")
+    cfg["num_hidden_layers"] = 2
+    assert models.from_hf_config(cfg, name="tiny-NemotronHForCausalLM") == shape
+    cfg["num_hidden_layers"] = 3
+    with pytest.raises(ukv.PoolConfigError, match="layer pattern has 2 entries but"):
+        models.from_hf_config(cfg)
+    # The newest transformers saves the Mamba2 and attention layers under new names.
+    cfg = config("tiny-NemotronHForCausalLM")
+    cfg["layers_block_type"] = ["linear_attention", "full_attention"]
+    assert models.from_hf_config(cfg, name="tiny-NemotronHForCausalLM") == shape
+
+
+def test_nemotron_pattern_without_num_hidden_layers_counts_its_characters() -> None:
+    cfg = config("Nemotron-Nano-9B-v2")
+    del cfg["num_hidden_layers"]
+    shape = models.from_hf_config(cfg, name="Nemotron-Nano-9B-v2")
+    assert shape == models.from_hf_config(FIXTURES / "Nemotron-Nano-9B-v2")
 
 
 def test_transformers_defaults_fill_omitted_keys() -> None:
@@ -417,6 +520,31 @@ def _edit(name: str, path: tuple[str, ...], value: Any) -> dict:
         ("Falcon-H1-7B", ("mamba_d_head",), 64, "mamba_n_heads 24 x mamba_d_head 64"),
         ("Zamba2-2.7B", ("n_mamba_heads",), 81, "n_mamba_heads 81 x mamba_headdim 64"),
         ("Zamba2-2.7B", ("layers_block_type", 3), "moe", r"layers_block_type\[3\] is 'moe'"),
+        (
+            "Zamba2-1.2B",
+            ("layers_block_type", 5),
+            "x",
+            r"layers_block_type\[5\] is 'x'; expected one of 'g', 'hybrid', 'm', 'mamba'$",
+        ),
+        (
+            "tiny-NemotronHForCausalLM",
+            ("layers_block_type", 1),
+            "M",
+            r"layers_block_type\[1\] is 'M'; expected one of 'attention', 'full_attention', "
+            r"'linear_attention', 'mamba', 'mlp', 'moe'$",
+        ),
+        (
+            "Nemotron-Nano-9B-v2",
+            ("hybrid_override_pattern",),
+            "M-M*X",
+            r"hybrid_override_pattern\[4\] is 'X'; expected one of '\*', '-', 'E', 'M'$",
+        ),
+        (
+            "tiny-NemotronHForCausalLM",
+            ("layers_block_type",),
+            ...,
+            "missing key 'hybrid_override_pattern'",
+        ),
         ("MiniMax-Text-01", ("attn_type_list", 5), 2, r"attn_type_list\[5\] is '2'"),
         ("LFM2-1.2B", ("layer_types", 0), "ssm", r"layer_types\[0\] is 'ssm'"),
         ("Bamba-9B", ("attn_layer_indices",), [9, 40], "holds 40"),

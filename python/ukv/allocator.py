@@ -54,6 +54,7 @@ class SubPoolAllocator:
         self._tables = runtime.tables[index]
         self._lock = runtime.lock
         self._translate_fast = TranslateLauncher.for_table(self._tables.v2p, self.page_size)
+        self._slots_fast: dict[torch.dtype, TranslateLauncher | None] = {}
         self._v2p_ro = read_only(self._tables.v2p, f"v2p of sub-pool {self.name!r}")
         self._p2v_ro = read_only(self._tables.p2v, f"p2v of sub-pool {self.name!r}")
         self._bind_core()
@@ -239,6 +240,51 @@ class SubPoolAllocator:
         host_last, dev_last = self._split_last_loc(last_loc, len(seq), host)
         return self._alloc_tokens(lambda: self._core_decode(seq, host_last), dev_last, host)
 
+    def alloc_at(self, virtual_pages: object) -> torch.Tensor | None:
+        """Bind caller-chosen free virtual pages (not the ones the free queue would hand
+        out next) to physical pages, holes first, as :meth:`alloc` binds its own; they
+        leave the free queue. For engines whose allocator picks its ids.
+
+        Args:
+            virtual_pages: shape ``[N]`` page ids of this owner sub-pool (CPU, CUDA or
+                NumPy; a CUDA tensor is copied to the host, which waits for it).
+
+        Returns:
+            Tensor | None: the physical pages, shape ``[N]`` int64, on the tables'
+            device; None when they do not fit (checked before the ids; nothing changes).
+
+        Raises:
+            ArgumentError: a non-owner sub-pool, or a page that is live or repeated.
+            InvalidIdError: a page outside the id space.
+        """
+        pages = _convert.host_ids("virtual_pages", virtual_pages)
+        ok, _ = self._rt.allocate(
+            lambda: bool(self._arena.alloc_at(self._index, pages)) or None, self._index, False
+        )
+        if ok is None:
+            return None
+        phys = self._arena.v2p(self._index)[pages]
+        return torch.from_numpy(phys).to(self._rt.tables[self._index].device)
+
+    def rebind(self, from_pages: object, to_pages: object) -> None:
+        """Hand each live page ``from_pages[k]`` over to the free id ``to_pages[k]``: the
+        physical page keeps its bytes and takes the new name, and ``from_pages[k]`` goes
+        back to the front of the free queue (as if it had never been taken).
+
+        Raises:
+            ArgumentError: a non-owner sub-pool, lists of different lengths, a ``from``
+                page not live (or bound by a dependent sub-pool), a ``to`` page not free,
+                or a repeated page; nothing changes then.
+            InvalidIdError: a page outside the id space.
+        """
+        src = _convert.host_ids("from_pages", from_pages)
+        dst = _convert.host_ids("to_pages", to_pages)
+        # Not an allocation that can fall short: the op answers True (``allocate`` retries
+        # an op that answers None after applying queued frees).
+        self._rt.allocate(
+            lambda: self._arena.rebind(self._index, src, dst) or True, self._index, False
+        )
+
     def _alloc_tokens(
         self,
         op: Callable[[], tuple[np.ndarray, np.ndarray | None] | None],
@@ -414,6 +460,42 @@ class SubPoolAllocator:
                 return res
         with self._rt.on_device():
             return ops.translate(ids, self._tables.v2p, self.page_size, out=out)
+
+    def translate_slots(
+        self,
+        ids: torch.Tensor,
+        *,
+        out: torch.Tensor | None = None,
+        out_dtype: torch.dtype = torch.int64,
+    ) -> torch.Tensor:
+        """State-slot translate (page size 1): virtual slots → physical slots in one
+        launch; what names no live slot stays -1 ("no state"), and so do -1 (padding) and
+        slot 0 (the padding anchor). No host synchronisation; graph-capturable.
+
+        Args:
+            ids: shape ``[N]`` int32/int64 on the tables' device.
+            out: optional shape ``[N]`` ``out_dtype`` on the same device; written in
+                place and returned; may alias ``ids``.
+            out_dtype: ``torch.int64`` or ``torch.int32`` (SGLang's state kernels).
+
+        Raises:
+            ArgumentError: wrong dtype, shape or device of ``ids`` or ``out``, or a paged
+                sub-pool.
+        """
+        if self._rt.poisoned is not None:
+            self._rt.check_usable()
+        fast = self._slots_fast.get(out_dtype)
+        if fast is None and out_dtype in ops.TRANSLATE_OUT_DTYPES:
+            fast = TranslateLauncher.for_table(self._tables.v2p, 1, True, out_dtype)
+            self._slots_fast[out_dtype] = fast
+        if fast is not None and self.page_size == 1:
+            res = fast(ids, out)
+            if res is not None:
+                return res
+        with self._rt.on_device():
+            return ops.translate(
+                ids, self._tables.v2p, self.page_size, out=out, out_dtype=out_dtype, slots=True
+            )
 
     def __repr__(self) -> str:
         wm, live, holes, pending, _ = self._arena.pool_state(self._index)

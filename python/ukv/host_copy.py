@@ -9,12 +9,19 @@ the pool's lock, so no compaction can fall between translating and copying.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
-from ukv.errors import ArgumentError
+from ukv._convert import first_dead_id, host_ids
+from ukv._tables import to_device
+from ukv.errors import ArgumentError, InvalidIdError
 from ukv.specs import MambaSpec, MHASpec, Spec
+
+if TYPE_CHECKING:
+    from ukv.allocator import SubPoolAllocator
+    from ukv.execution.runtime import PoolRuntime
 
 
 class HostCopy(list):
@@ -28,6 +35,30 @@ class HostCopy(list):
         if self.event is not None:
             self.event.synchronize()
         return self
+
+
+def targets(
+    rt: PoolRuntime, alloc: SubPoolAllocator, spec: Spec, views: Any, ids: object
+) -> tuple[list[tuple[torch.Tensor, Any]], torch.Tensor]:
+    """The views of ``alloc``'s sub-pool with their gathers, and the physical ids of
+    live virtual ``ids`` (call under the pool's lock). Queued frees are not applied (a
+    query moves no page): ids they name still hold their bytes.
+
+    Raises:
+        ArgumentError: a meta pool (no bytes), or bad ids.
+        InvalidIdError: an id that is not live (every id is checked, vectorised).
+    """
+    if rt.device.type == "meta":
+        raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
+    i = rt.index(alloc.name)
+    host = host_ids("ids", ids).astype(np.int64, copy=False)
+    # The id space's floor: a pool binding another's ids checks the owner's floor.
+    floor = int(rt.info[i]["min_virtual_page"]) * alloc.page_size
+    bad = first_dead_id(host, rt.arena.v2p(i), alloc.page_size, floor)
+    if bad is not None:
+        raise InvalidIdError(f"bad argument ids: virtual id {bad} of {alloc.name!r} is not live")
+    phys = alloc.translate_kv_loc(to_device(host, rt.tables[i].device))
+    return views_of(spec, views), phys
 
 
 def views_of(spec: Spec, views: Any) -> list[tuple[torch.Tensor, Any]]:

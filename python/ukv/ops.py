@@ -676,7 +676,7 @@ def _overlap_is_unsafe(out: torch.Tensor, ids: torch.Tensor) -> bool:
 
 
 def _launch_translate(
-    ids: torch.Tensor, v2p: torch.Tensor, page_size: int, out: torch.Tensor
+    ids: torch.Tensor, v2p: torch.Tensor, page_size: int, out: torch.Tensor, slots: bool
 ) -> None:
     grid = (_cdiv(ids.numel(), TRANSLATE_BLOCK),)
     _translate_k.translate_kernel[grid](
@@ -690,6 +690,7 @@ def _launch_translate(
         out.stride(0),
         PAGE_SIZE=page_size,
         BLOCK=TRANSLATE_BLOCK,
+        SLOTS=slots,
         num_warps=TRANSLATE_NUM_WARPS,
     )
 
@@ -701,6 +702,7 @@ def translate(
     *,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.int64,
+    slots: bool = False,
 ) -> torch.Tensor:
     """Map virtual token ids to physical token ids: ``v2p[id // ps] * ps + id % ps``.
 
@@ -715,6 +717,8 @@ def translate(
         out: Optional result tensor, shape ``[N]``, dtype ``out_dtype``; written in place
             and returned (same object). It may alias ``ids``.
         out_dtype: ``torch.int64`` (full attention) or ``torch.int32`` (SWA).
+        slots: State slots (``page_size`` 1): what names no live slot maps to -1 ("no
+            state") instead of 0, and so does id 0 (the padding anchor).
 
     Returns:
         Physical token ids, shape ``[N]``, dtype ``out_dtype`` (``out`` when given).
@@ -729,16 +733,18 @@ def translate(
     if out_dtype not in TRANSLATE_OUT_DTYPES:
         raise ArgumentError(f"out_dtype must be int64 or int32, got {out_dtype!r}")
     out = _check_translate_out(out, ids, out_dtype)
+    if slots and page_size != 1:
+        raise ArgumentError(f"slots=True needs page_size 1 (state slots), got {page_size}")
     if not use_triton(ids.device):
-        return translate_ref(ids, v2p, page_size, out=out, out_dtype=out_dtype)
+        return translate_ref(ids, v2p, page_size, out=out, out_dtype=out_dtype, slots=slots)
     result = torch.empty(ids.shape, dtype=out_dtype, device=ids.device) if out is None else out
     if ids.numel() == 0:
         return result
-    if v2p.numel() == 0:  # every id is past the table: all map to the sink
-        return result.zero_()
+    if v2p.numel() == 0:  # every id is past the table: all map to the sink (or -1)
+        return result.fill_(-1 if slots else 0)
     if out is not None and _overlap_is_unsafe(out, ids):
         staged = torch.empty_like(out)
-        _launch_translate(ids, v2p, page_size, staged)
+        _launch_translate(ids, v2p, page_size, staged, slots)
         return out.copy_(staged)
-    _launch_translate(ids, v2p, page_size, result)
+    _launch_translate(ids, v2p, page_size, result, slots)
     return result

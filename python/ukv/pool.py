@@ -9,9 +9,11 @@ kernel launch, and scatters the changed table rows into the device mirrors.
 
 Stream contract: moves and table updates are queued on the **current** stream, in order
 with the caller's later work on that stream. A caller whose forward runs on another
-stream must make the current stream wait on it before ``free``/``flush`` (eager mode
-moves bytes the forward may still read), or use lazy mode and report forwards with
-:meth:`UnifiedKVPool.set_inflight_forward`.
+stream reports it with :meth:`UnifiedKVPool.set_inflight_forward`: an eager pool's moves
+then wait on every reported forward not retired yet (a free of GPU ids is applied by a
+later call, while a later forward may be writing the pages it moves), and a lazy pool's
+flushes leave that forward's pages alone. Otherwise it must make the current stream wait
+on the forward before ``free``/``flush`` and every call after a free of GPU ids.
 
 Thread safety: a pool may be shared by threads. Every operation holds the pool's lock
 from the call into the core until its plan has been executed, so operations are atomic
@@ -22,9 +24,9 @@ boundary, flush, clear, ``sync_frees``) by any thread; queries (sizes, ``stats``
 ``get_cpu_copy``) never move pages. A thread that translates and then writes or reads
 bytes while other threads allocate and free holds :attr:`UnifiedKVPool.lock` across both.
 
-The machinery behind the API lives in :mod:`ukv.execution` (the runtime every allocator
-goes through, plan execution, queued frees, reported forwards); host copies in
-:mod:`ukv.host_copy`.
+This module is the pool's public API only; the machinery is in :mod:`ukv.execution` (plan
+execution, flushes, queued frees, forwards, the buffer and its release),
+:mod:`ukv.host_copy`, :mod:`ukv._pool_args` and :mod:`ukv.stats`.
 """
 
 from __future__ import annotations
@@ -33,72 +35,25 @@ import logging
 import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 import torch
 
-from ukv import _core, host_copy, layout, ops
-from ukv._convert import first_dead_id, host_ids
-from ukv._tables import to_device
+from ukv import _core, _pool_args, host_copy, layout, ops, stats
 from ukv.allocator import SubPoolAllocator
-from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError
+from ukv.errors import ArgumentError
+from ukv.execution import memory
 from ukv.execution.fastpath import StoreLauncher
 from ukv.execution.frees import FailedFree
 from ukv.execution.runtime import PoolRuntime
 from ukv.host_copy import HostCopy
 from ukv.specs import MambaSpec, MHASpec, MLASpec, Spec, check_page_size
+from ukv.stats import PoolStats as PoolStats
+from ukv.stats import SubPoolStats as SubPoolStats
 
 logger = logging.getLogger("ukv")
-
-DEVICE_TYPES = ("cuda", "cpu", "meta")
-
-
-@dataclass(frozen=True)
-class SubPoolStats:
-    """Occupancy and compaction counters of one sub-pool."""
-
-    name: str
-    live_pages: int
-    holes: int
-    pending_pages: int
-    span_pages: int
-    used_bytes: int
-    pages_moved: int
-    bytes_moved: int
-    compactions: int
-    flushes: int
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of the whole pool (``UnifiedKVPool.stats()``)."""
-
-    total_bytes: int
-    reserved_floor_bytes: int
-    free_gap_bytes: int
-    sub_pools: tuple[SubPoolStats, ...]
-    inflight_frees: int = 0
-    """Frees queued until their ids land on the host (and host-id frees behind them)."""
-    gpu_waits: int = 0
-    """Times a call had to wait for the GPU (an allocation needing in-flight frees, an
-    urgent flush, ``sync_frees``, or staging memory the device was still reading)."""
-
-    @property
-    def pages_moved(self) -> int:
-        """Pages moved by compaction so far, all sub-pools."""
-        return sum(s.pages_moved for s in self.sub_pools)
-
-    @property
-    def bytes_moved(self) -> int:
-        """Bytes moved by compaction so far, all sub-pools."""
-        return sum(s.bytes_moved for s in self.sub_pools)
-
-    @property
-    def compactions(self) -> int:
-        """Operations that moved at least one page, all sub-pools."""
-        return sum(s.compactions for s in self.sub_pools)
 
 
 class UnifiedKVPool:
@@ -115,10 +70,22 @@ class UnifiedKVPool:
         bind: ``{non_owner: owner}``: sub-pools that hold no ids of their own and bind
             their owner's virtual ids (the SWA side of a full + SWA hybrid). Both must be
             paged with the same page size.
+        virtual_memory: How a ``cuda`` pool gets its buffer: ``None`` (default) maps it
+            through CUDA's virtual memory API where the driver supports it, so
+            :meth:`release_memory` keeps its address (:attr:`memory_release_keeps_address`),
+            and falls back to torch's allocator otherwise; ``True`` requires virtual
+            memory; ``False`` uses torch's allocator.
+        allocation_context: A zero-argument callable returning a context manager the
+            buffer is allocated in, so an engine's allocator owns the memory (SGLang:
+            ``lambda: memory_saver_adapter.region(GPU_MEMORY_TYPE_KV_CACHE)``) and the
+            engine pauses it after :meth:`release_memory` and resumes it before
+            :meth:`resume_memory`; the pool never frees or reallocates it.
 
     Raises:
         PoolConfigError: bad sizes, specs, directions, names, or a buffer too small to hold
-            the reserved floor plus one page per sub-pool.
+            the reserved floor plus one page per sub-pool; ``virtual_memory=True`` on a
+            device or driver without CUDA virtual memory, or with an ``allocation_context``;
+            an ``allocation_context`` that is not callable.
     """
 
     def __init__(
@@ -131,13 +98,14 @@ class UnifiedKVPool:
         lazy: bool = False,
         max_moves_per_flush: int = _core.DEFAULT_MAX_MOVES_PER_FLUSH,
         bind: Mapping[str, str] | None = None,
+        virtual_memory: bool | None = None,
+        allocation_context: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
-        self.total_bytes = _positive("total_bytes", total_bytes)
+        self.total_bytes = _pool_args.positive("total_bytes", total_bytes)
         self.page_size = check_page_size(page_size)
-        self.device = _device(device)
-        self._specs = _check_specs(specs)
-        self._index = {s.name: i for i, s in enumerate(self._specs)}
-        self._owners = _check_bind(bind, self._specs, self._index)
+        self.device = _pool_args.device_of(device)
+        self._specs = _pool_args.check_specs(specs)
+        self._owners = _pool_args.check_bind(bind, self._specs)
         pools = [
             (
                 s.name,
@@ -152,21 +120,28 @@ class UnifiedKVPool:
             self.total_bytes,
             pools,
             lazy=bool(lazy),
-            max_moves_per_flush=_positive("max_moves_per_flush", max_moves_per_flush),
+            max_moves_per_flush=_pool_args.positive("max_moves_per_flush", max_moves_per_flush),
         )
         self.lazy = bool(lazy)
-        self.raw = _buffer(self.total_bytes, self.device)
+        buffer = memory.allocate(
+            self.total_bytes,
+            self.device,
+            virtual_memory=virtual_memory,
+            allocation_context=allocation_context,
+        )
+        self.raw = buffer.raw
         # The machinery every operation goes through (lock, plan execution, queued frees,
         # reported forwards); the allocators talk to it, never to the pool.
-        owners = {self._index[name]: owner for name, owner in self._owners.items()}
-        self._runtime = PoolRuntime(self._arena, self.raw, self.device, owners)
+        names = [s.name for s in self._specs]
+        owners = {names.index(name): owner for name, owner in self._owners.items()}
+        paged = tuple(i for i, s in enumerate(self._specs) if s.is_paged)
+        self._runtime = PoolRuntime(self._arena, buffer, self.device, owners, paged)
         rt = self._runtime
         # One lock per pool: an operation and the execution of its plan are one step, so a
         # second thread can never replace a plan before it has been executed.
         self._lock = rt.lock
         self._tables = rt.tables
         self._info = rt.info
-        self._faults = rt.faults
         self._views = [
             layout.views_for(self.raw, s, info["page_size"], info["num_pages"])
             for s, info in zip(self._specs, self._info)
@@ -186,15 +161,7 @@ class UnifiedKVPool:
 
     def summary(self) -> str:
         """One line describing the pool: size, floor, and each sub-pool's geometry."""
-        parts = [
-            f"{i['name']}({type(s).__name__}, grow={i['grow']}, entry={i['entry_bytes']}B, "
-            f"page={i['page_size']}, pages={i['num_pages']}, first={i['min_page_index']})"
-            for s, i in zip(self._specs, self._info)
-        ]
-        return (
-            f"ukv pool on {self.device}: {self.total_bytes} bytes, floor {self._arena.reserved_floor()}B, "
-            f"{'lazy' if self.lazy else 'eager'}; " + "; ".join(parts)
-        )
+        return stats.summary(self.device, self.lazy, self._arena, self._specs, self._info)
 
     # ----- introspection ------------------------------------------------------------------
 
@@ -213,7 +180,7 @@ class UnifiedKVPool:
     @property
     def names(self) -> tuple[str, ...]:
         """Sub-pool names, in the order the specs were given."""
-        return tuple(self._index)
+        return self._runtime.names
 
     def max_slots(self, name: str) -> int:
         """Slots in ``name``'s index space (``num_pages * page_size``)."""
@@ -247,8 +214,11 @@ class UnifiedKVPool:
         Returns:
             (k, v): lists of ``layer_num`` tensors of shape
             ``[num_pages, page_size, head_num, head_dim]`` (V: ``v_head_dim``).
+
+        Raises:
+            ArgumentError: not an MHA sub-pool, or the memory is released.
         """
-        i = self._idx(name)
+        i = self._view_index(name, "kv_views")
         if not isinstance(self._specs[i], MHASpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no K/V views"
@@ -257,8 +227,12 @@ class UnifiedKVPool:
         return k, v
 
     def latent_views(self, name: str) -> list[torch.Tensor]:
-        """Per-layer views of an MLA sub-pool, shape ``[num_pages, page_size, kv_lora_rank + qk_rope_head_dim]``."""
-        i = self._idx(name)
+        """Per-layer views of an MLA sub-pool, shape ``[num_pages, page_size, kv_lora_rank + qk_rope_head_dim]``.
+
+        Raises:
+            ArgumentError: not an MLA sub-pool, or the memory is released.
+        """
+        i = self._view_index(name, "latent_views")
         if not isinstance(self._specs[i], MLASpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no latent views"
@@ -271,14 +245,24 @@ class UnifiedKVPool:
         Returns:
             (conv, temporal): conv[i] of shape ``[layer_num, max_slots, *conv_shapes[i]]``,
             temporal of shape ``[layer_num, max_slots, *temporal_shape]``.
+
+        Raises:
+            ArgumentError: not a Mamba sub-pool, or the memory is released.
         """
-        i = self._idx(name)
+        i = self._view_index(name, "state_views")
         if not isinstance(self._specs[i], MambaSpec):
             raise ArgumentError(
                 f"bad argument name = {name!r}: {type(self._specs[i]).__name__} has no state views"
             )
         conv, temporal = self._views[i]
         return conv, temporal
+
+    def _view_index(self, name: str, what: str) -> int:
+        """The index of ``name``; refuses views of a released buffer, whose memory a
+        touch would fault on (a segfault on the CPU: review round 4, N2)."""
+        if self._runtime.released is not None:
+            self._runtime.check_resident(what)
+        return self._idx(name)
 
     # ----- bytes ------------------------------------------------------------------------------
 
@@ -360,7 +344,7 @@ class UnifiedKVPool:
         with self._lock:  # translate + gather in one step: a compaction may not intervene
             self._runtime.check_usable()
             self._runtime.check_resident("get_cpu_copy")
-            views, phys = self._gather_targets(name, ids)
+            views, phys = self._copy_targets(name, ids)
             return host_copy.copy_out(views, phys, non_blocking)
 
     def load_cpu_copy(self, name: str, copy: Sequence[torch.Tensor], ids: torch.Tensor) -> None:
@@ -376,26 +360,16 @@ class UnifiedKVPool:
         with self._lock:
             self._runtime.check_usable()
             self._runtime.check_resident("load_cpu_copy")
-            views, phys = self._gather_targets(name, ids)
+            views, phys = self._copy_targets(name, ids)
             slots = isinstance(self._specs[self._idx(name)], MambaSpec)
             host_copy.check_copy(views, copy, phys.numel(), slots)
             host_copy.copy_in(views, copy, phys, slots)
 
-    def _gather_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
-        """The views of ``name`` and the physical ids of live virtual ``ids``. Queued frees
-        are not applied (a query moves no page): ids they name still hold their bytes."""
+    def _copy_targets(self, name: str, ids: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
         i = self._idx(name)
-        if self.device.type == "meta":
-            raise ArgumentError("bad argument device = meta: a meta pool holds no bytes")
-        alloc = self._allocators[i]
-        host = host_ids("ids", ids).astype(np.int64, copy=False)
-        # The id space's floor: a pool binding another's ids checks the owner's floor.
-        floor = int(self._info[i]["min_virtual_page"]) * alloc.page_size
-        bad = first_dead_id(host, self._arena.v2p(i), alloc.page_size, floor)
-        if bad is not None:
-            raise InvalidIdError(f"bad argument ids: virtual id {bad} of {name!r} is not live")
-        phys = alloc.translate_kv_loc(to_device(host, self._tables[i].device))
-        return host_copy.views_of(self._specs[i], self._views[i]), phys
+        return host_copy.targets(
+            self._runtime, self._allocators[i], self._specs[i], self._views[i], ids
+        )
 
     # ----- lazy compaction lifecycle ------------------------------------------------------
 
@@ -412,56 +386,19 @@ class UnifiedKVPool:
         Returns:
             int: page moves performed.
         """
-        rt = self._runtime
         with self._lock:
-            rt.check_usable()
-            rt.check_not_capturing("flush")
-            rt.forwards.retire(self._arena)
-            if rt.frees:
-                rt.settle(wait=bool(urgent))
-            if not self.lazy:
-                return 0
-            return self._flush_locked(bool(urgent))
+            return self._runtime.flush(bool(urgent))
 
     @property
     def max_moves_per_flush(self) -> int:
-        """The page-move cap of one non-urgent :meth:`flush` (settable: the next flush
-        obeys the new cap).
-
-        Raises:
-            PoolConfigError: (on assignment) a value that is not a positive int; the cap
-                is unchanged then.
-        """
+        """The page-move cap of one non-urgent :meth:`flush`; settable (the next flush
+        obeys it; a value that is not a positive int raises ``PoolConfigError``)."""
         return int(self._arena.max_moves_per_flush())
 
     @max_moves_per_flush.setter
     def max_moves_per_flush(self, value: int) -> None:
         with self._lock:
-            self._arena.set_max_moves_per_flush(_positive("max_moves_per_flush", value))
-
-    def _flush_locked(self, urgent: bool) -> int:
-        rt = self._runtime
-        if urgent:
-            moves = int(self._arena.flush(True))
-            rt.execute()
-            return moves
-        paged = [i for i, spec in enumerate(self._specs) if spec.is_paged]
-        # KV pages: never one that an unretired forward writes (every write set must have
-        # landed to know which); state slots: none at all while a forward is unretired,
-        # since a forward updates its batch's states in place.
-        kv_blocked = rt.forwards.hand_write_sets(self._arena, paged)
-        states_blocked = bool(rt.forwards)
-        if not kv_blocked and not states_blocked:
-            moves = int(self._arena.flush(False))
-            rt.execute()
-            return moves
-        moves = 0
-        for i, spec in enumerate(self._specs):
-            if kv_blocked if spec.is_paged else states_blocked:
-                continue
-            moves += int(self._arena.flush_pool(i, False))
-            rt.execute()
-        return moves
+            self._arena.set_max_moves_per_flush(_pool_args.positive("max_moves_per_flush", value))
 
     def set_inflight_forward(self, event: Any, out_cache_loc: torch.Tensor | None = None) -> None:
         """Report a forward just launched: ``event`` completes when it ends (an object with
@@ -469,37 +406,16 @@ class UnifiedKVPool:
         tokens ``out_cache_loc`` of every KV sub-pool. Ids on the GPU are copied to the
         host asynchronously (never waited for); host ids are copied now, so the caller may
         reuse its tensor at once. Until the event completes, a non-urgent flush moves no
-        page of any unretired forward's ``out_cache_loc`` and no state slot. Completed
-        forwards are retired by ``flush`` (in both modes) and ``retire_completed``."""
-        if not hasattr(event, "query"):
-            raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
-        if out_cache_loc is not None:
-            if not isinstance(out_cache_loc, torch.Tensor):
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
-                )
-            if out_cache_loc.dtype not in (torch.int32, torch.int64) or out_cache_loc.dim() != 1:
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
-                    f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
-                )
-            # Checked now, not at the next flush (which would then fail until it completes).
-            if not out_cache_loc.is_contiguous() or out_cache_loc.device.type == "meta":
-                raise ArgumentError(
-                    f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
-                    f"{out_cache_loc.device} must be contiguous and hold ids"
-                )
-        rt = self._runtime
-        with self._lock:
-            rt.check_usable()
-            rt.check_resident("set_inflight_forward")
-            if not self.lazy:
-                # Eager pools hold no pages for a forward: retire what completed now, so
-                # an engine that never calls flush keeps no events (memory stays flat).
-                rt.forwards.retire(self._arena)
-            writes = None if out_cache_loc is None else rt.forwards.landing(out_cache_loc, rt.ring)
-            token = rt.forwards.report(event, writes)
-            self._arena.set_latest_token(token)
+        page of any unretired forward's ``out_cache_loc`` and no state slot; in an eager
+        pool (which keeps no write set) every plan that moves pages waits on it first.
+        Completed forwards are retired by ``flush`` (in both modes), ``retire_completed``
+        and, in an eager pool, the next report.
+
+        Raises:
+            ArgumentError: ``event`` has no ``query()``, ``out_cache_loc`` is not a 1-D
+                contiguous int32/int64 tensor of ids, or the memory is released.
+        """
+        self._runtime.report_forward(event, out_cache_loc)
 
     def add_move_listener(
         self, listener: Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]
@@ -558,47 +474,72 @@ class UnifiedKVPool:
 
     # ----- giving the buffer's memory back (memory saver) ------------------------------------
 
-    def release_memory(self, *, keep_contents: bool = False) -> None:
+    def release_memory(
+        self, *, keep_contents: bool = False, force: bool = False, keep_address: bool = False
+    ) -> None:
         """Give the byte buffer's device memory back, keeping every table, id and size.
 
-        What SGLang's memory saver does around weight updates (``enable_memory_saver``):
-        the allocator state stays, the bytes go. It applies every queued free first
-        (waiting for the GPU if it must), waits once for the device, shrinks the buffer's
-        storage to nothing and returns the freed blocks to the driver
-        (``torch.cuda.empty_cache()``). Until :meth:`resume_memory`, calls that read,
+        SGLang's memory saver around weight updates: the allocator state stays, the
+        bytes go. It applies every queued free (waiting for the GPU if it must), waits
+        for the device, then gives the memory back: a CUDA virtual-memory buffer frees
+        its physical memory and keeps its address; a torch-allocated one shrinks its
+        storage (and empties torch's cache); an engine's (``allocation_context``) is
+        left for the engine to pause. Until :meth:`resume_memory`, calls that read,
         write or move bytes (alloc, free, group boundaries, flush, clear, ``set_kv``,
-        host copies) raise :class:`~ukv.errors.ArgumentError`; queries (sizes, stats,
-        translation, the tables) still answer. Views handed out before stay valid objects
-        and see the buffer again after the resume; do not touch them in between.
+        host copies, views) raise :class:`~ukv.errors.ArgumentError`; queries answer.
+        Views handed out before see the buffer again after the resume; do not touch
+        them in between (docs/DESIGN.md, "Giving the buffer's memory back").
 
         Args:
             keep_contents: Copy the bytes to host memory first and put them back on
-                resume (costs a host copy of the whole buffer); by default the contents
-                are dropped and the buffer comes back zeroed, as a KV cache whose radix
-                tree is flushed around a weight update.
+                resume (costs a host copy of the whole buffer). Without it the buffer
+                comes back zeroed, as a KV cache whose radix tree is flushed around a
+                weight update; that is refused while any page is live, unless ``force``.
+            force: Drop the contents even though pages are live (their ids stay live
+                and read zeros after the resume).
+            keep_address: Require the buffer to come back at the same address (CUDA
+                graphs and kernels captured before the release stay valid); refused
+                where it cannot (:attr:`memory_release_keeps_address` is False).
 
         Raises:
             ArgumentError: forwards reported in flight have not completed, the pool is
-                already released, it runs in a tensor-parallel mode, or the current stream
-                is capturing a CUDA graph. The pool is unchanged then.
+                already released, it runs in a tensor-parallel mode, the current stream
+                is capturing a CUDA graph, ``keep_contents`` on a ``meta`` pool (no
+                bytes), ``keep_address`` where the address would move, or pages are
+                live without ``keep_contents`` or ``force``. The pool is unchanged then,
+                but for queued frees: they are applied before the live pages are counted
+                (a free issued before counts).
             PoolPoisonedError: the pool was poisoned.
         """
         with self._lock:
             self._store_fast.clear()  # their launches hold the buffer's address
             self._store_targets.clear()
-            self._runtime.release(bool(keep_contents))
+            self._runtime.release(bool(keep_contents), bool(force), bool(keep_address))
         logger.info("ukv pool released its %d-byte buffer", self.total_bytes)
 
     def resume_memory(self) -> None:
         """Take the byte buffer's memory back after :meth:`release_memory`: the bytes as
-        they were (``keep_contents=True``) or zeros, every table and id as they were.
+        they were (``keep_contents=True``) or zeros, every table and id as they were (an
+        engine's buffer: call it after the engine has resumed its memory).
 
         Raises:
             ArgumentError: the pool's memory is not released.
+            torch.OutOfMemoryError: a torch-allocated buffer found no memory.
+            ukv.execution.vmm.DriverError: a virtual-memory buffer could not map memory
+                (``.code`` 2: out of memory).
+            In both failure cases the pool stays released; the call may be repeated.
         """
         with self._lock:
             self._runtime.resume()
         logger.info("ukv pool resumed its %d-byte buffer", self.total_bytes)
+
+    @property
+    def memory_release_keeps_address(self) -> bool:
+        """Whether :meth:`release_memory` / :meth:`resume_memory` keep the buffer's
+        address: a CUDA virtual-memory buffer, or an engine's (``allocation_context``).
+        False on the CPU, ``meta``, drivers without virtual memory management and with
+        ``virtual_memory=False``: the memory then comes back at a new address."""
+        return self._runtime.buffer.keeps_address
 
     @property
     def memory_released(self) -> bool:
@@ -629,9 +570,9 @@ class UnifiedKVPool:
         with self._lock:
             if rt.cuda_index >= 0 and torch._C._cuda_getDevice() != rt.cuda_index:
                 with torch.cuda.device(rt.cuda_index):
-                    self._faults.raise_if_any()
+                    rt.faults.raise_if_any()
                 return
-            self._faults.raise_if_any()
+            rt.faults.raise_if_any()
 
     # ----- checks and stats -----------------------------------------------------------------
 
@@ -639,36 +580,9 @@ class UnifiedKVPool:
         """Bytes used per side, the free gap, holes, pending pages, moves so far, frees
         still queued and waits for the GPU. A pure query: applies no queued free."""
         with self._lock:  # one consistent snapshot, not fields of different moments
-            self._runtime.check_usable()
-            return self._stats_locked()
-
-    def _stats_locked(self) -> PoolStats:
-        subs = []
-        for i, info in enumerate(self._info):
-            wm, live, holes, pending, span = self._arena.pool_state(i)
-            moved, moved_bytes, compactions, flushes = self._arena.pool_stats(i)
-            subs.append(
-                SubPoolStats(
-                    name=info["name"],
-                    live_pages=live,
-                    holes=holes,
-                    pending_pages=pending,
-                    span_pages=span,
-                    used_bytes=span * info["page_bytes"],
-                    pages_moved=moved,
-                    bytes_moved=moved_bytes,
-                    compactions=compactions,
-                    flushes=flushes,
-                )
-            )
-        return PoolStats(
-            total_bytes=self.total_bytes,
-            reserved_floor_bytes=self.reserved_floor,
-            free_gap_bytes=int(self._arena.gap_bytes(0)),
-            sub_pools=tuple(subs),
-            inflight_frees=self._runtime.frees.frees(),
-            gpu_waits=self._runtime.gpu_waits,
-        )
+            rt = self._runtime
+            rt.check_usable()
+            return stats.read(self._arena, self._info, rt.frees.frees(), rt.gpu_waits)
 
     def check_invariants(self) -> None:
         """Check the arena's invariants and that device tables mirror the host ones.
@@ -678,104 +592,7 @@ class UnifiedKVPool:
                 tables back: a synchronisation, meant for tests and debugging.)
         """
         with self._lock:  # the core check runs without the GIL: keep writers out
-            self._check_invariants_locked()
-
-    def _check_invariants_locked(self) -> None:
-        self._arena.check_invariants()
-        from ukv.errors import InvariantError
-
-        for i, tables in enumerate(self._tables):
-            if not tables.mirrored:
-                continue
-            host_v2p = torch.from_numpy(self._arena.v2p(i))
-            host_p2v = torch.from_numpy(self._arena.p2v(i))
-            for label, dev, host in (("v2p", tables.v2p, host_v2p), ("p2v", tables.p2v, host_p2v)):
-                diff = (dev.cpu() != host).nonzero()
-                if diff.numel():
-                    r = int(diff[0, 0])
-                    raise InvariantError(
-                        f"device {label} of {self._info[i]['name']!r} row {r} = {int(dev[r])} but host has {int(host[r])}"
-                    )
+            self._runtime.check_invariants()
 
     def __repr__(self) -> str:
         return f"UnifiedKVPool({self.summary()})"
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) <= 0:
-        raise PoolConfigError(f"invalid {name} = {value!r}: must be a positive int")
-    if int(value) >= 1 << 64:
-        raise PoolConfigError(f"invalid {name} = {value!r}: must be below 2**64")
-    return int(value)
-
-
-def _device(device: str | torch.device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise PoolConfigError(f"invalid device = {device!r}: not a torch device") from None
-    if dev.type not in DEVICE_TYPES:
-        raise PoolConfigError(f"invalid device = {device!r}: must be cuda, cpu or meta")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise PoolConfigError(f"invalid device = {device!r}: CUDA is not available")
-    if dev.type == "cuda":
-        # Pinned at construction: a later torch.cuda.set_device elsewhere changes nothing.
-        index = torch.cuda.current_device() if dev.index is None else dev.index
-        if not 0 <= index < torch.cuda.device_count():
-            raise PoolConfigError(f"invalid device = {device!r}: no CUDA device {index}")
-        dev = torch.device("cuda", index)
-    return dev
-
-
-def _check_specs(specs: Sequence[Spec]) -> list[Spec]:
-    """Two specs (one ``grow="up"``, one ``"down"``), or three with one ``"middle"`` band
-    floating between them; unique names."""
-    specs = list(specs) if isinstance(specs, (list, tuple)) else []
-    if len(specs) not in (2, 3) or not all(isinstance(s, Spec) for s in specs):
-        raise PoolConfigError(
-            f"invalid specs = {specs!r}: need two specs (one grow='up', one grow='down'), "
-            "or three with one grow='middle' between them"
-        )
-    grows = sorted(s.grow for s in specs)
-    if grows not in (["down", "up"], ["down", "middle", "up"]):
-        raise PoolConfigError(
-            f"invalid specs grow = {grows}: need one 'up' and one 'down', plus at most one 'middle'"
-        )
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise PoolConfigError(f"invalid specs name = {dup!r}: names must be unique")
-    return specs
-
-
-def _check_bind(
-    bind: Mapping[str, str] | None, specs: list[Spec], index: dict[str, int]
-) -> dict[str, int]:
-    """``{non_owner name: owner index}`` from the ``bind`` argument, validated."""
-    if bind is None:
-        return {}
-    if not isinstance(bind, Mapping):
-        raise PoolConfigError(f"invalid bind = {bind!r}: must be a mapping of names")
-    owners: dict[str, int] = {}
-    for user, owner in bind.items():
-        for name in (user, owner):
-            if name not in index:
-                raise PoolConfigError(
-                    f"invalid bind = {dict(bind)!r}: no sub-pool {name!r} (have {list(index)})"
-                )
-        if user == owner or owner in bind:
-            raise PoolConfigError(
-                f"invalid bind = {dict(bind)!r}: {user!r} must bind an id owner other than itself"
-            )
-        if not (specs[index[user]].is_paged and specs[index[owner]].is_paged):
-            raise PoolConfigError(
-                f"invalid bind = {dict(bind)!r}: only paged (KV) sub-pools share virtual ids"
-            )
-        owners[user] = index[owner]
-    return owners
-
-
-def _buffer(total_bytes: int, device: torch.device) -> torch.Tensor:
-    if device.type == "meta":
-        return torch.empty(total_bytes, dtype=torch.uint8, device=device)
-    return torch.zeros(total_bytes, dtype=torch.uint8, device=device)

@@ -149,17 +149,18 @@ def translate_ref(
     *,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.int64,
+    slots: bool = False,
 ) -> torch.Tensor:
     """Pure-torch :func:`ukv.ops.translate`. Args/Returns: as there, already validated."""
     ids64 = ids.to(torch.int64)
     page = torch.div(ids64, page_size, rounding_mode="floor")
-    valid = (ids64 >= 0) & (page < v2p.numel())
+    valid = ((ids64 > 0) if slots else (ids64 >= 0)) & (page < v2p.numel())
     if v2p.numel() == 0:
         phys = torch.zeros_like(ids64)
     else:
         base = v2p[torch.where(valid, page, 0)].to(torch.int64)
         phys = base * page_size + ids64 % page_size
-    phys = torch.where(valid & (phys >= 0), phys, 0).to(out_dtype)
+    phys = torch.where(valid & (phys >= 0), phys, -1 if slots else 0).to(out_dtype)
     if out is None:
         return phys
     return out.copy_(phys)  # phys is materialised first, so out may alias ids

@@ -17,7 +17,18 @@ from ukv.distributed.digest import chain, digest_words
 from ukv.distributed.group import Group
 from ukv.errors import UkvError
 
-__all__ = ["DivergenceError", "StepFacts", "check_plans", "check_step"]
+__all__ = [
+    "FAILED_WORD",
+    "DivergenceError",
+    "StepFacts",
+    "check_failed",
+    "check_plans",
+    "check_step",
+]
+
+FAILED_WORD = -0x0BAD_57E9
+"""The word a rank that failed to apply its step sends instead of its digest (any word
+unlike the others' makes every rank exchange facts; the facts name the failure)."""
 
 
 class DivergenceError(UkvError, RuntimeError):
@@ -27,8 +38,9 @@ class DivergenceError(UkvError, RuntimeError):
         step: The step at which the ranks first disagreed.
         op: Index of the first differing plan within that step, or None when every plan
             agreed and only the tables differ.
-        label: The API call behind that plan on each rank (rank order), or the
-            sub-pools whose tables differ.
+        label: The API call behind that plan on each rank (rank order), the
+            sub-pools whose tables differ, or (a rank failed to apply the step) each
+            rank's failure, ``""`` for ranks that applied it.
     """
 
     def __init__(self, message: str, step: int, op: int | None, label: list[str]) -> None:
@@ -47,12 +59,14 @@ class StepFacts:
         labels: The API call behind each plan.
         summaries: What each plan did (ids, moves, rows).
         tables: Per sub-pool digest of ``[v2p | p2v]`` (empty when not checked).
+        failure: Why this rank could not apply the step (None: it did).
     """
 
     digests: list[int]
     labels: list[str]
     summaries: list[str]
     tables: list[int] = field(default_factory=list)
+    failure: str | None = None
 
 
 def check_step(
@@ -114,7 +128,35 @@ def check_plans(
     check_step(group, step, word, facts, names)
 
 
+def check_failed(group: Group, step: int, why: str, names: list[str]) -> DivergenceError:
+    """Join the step's check as a rank that failed to apply it: the others (which made
+    their words with :func:`check_plans`) raise with this rank's failure, and so does
+    this one (the error is returned for the caller to raise from its cause).
+
+    Args:
+        group: The ranks.
+        step: The step that failed.
+        why: What went wrong (named in every rank's message).
+        names: Sub-pool names, for the message.
+    """
+    try:
+        check_step(group, step, FAILED_WORD, lambda: StepFacts([], [], [], failure=why), names)
+    except DivergenceError as exc:
+        return exc
+    raise AssertionError("a failed rank's word equalled every other rank's")  # pragma: no cover
+
+
 def _explain(step: int, facts: list[StepFacts], names: list[str]) -> DivergenceError:
+    failed = [r for r, f in enumerate(facts) if f.failure is not None]
+    if failed:
+        r = failed[0]
+        return DivergenceError(
+            f"tensor-parallel ranks diverged at step {step}: rank {r} failed to apply it "
+            f"({facts[r].failure})",
+            step,
+            None,
+            [f.failure or "" for f in facts],
+        )
     longest = max(len(f.digests) for f in facts)
     for op in range(longest):
         seen = [f.digests[op] if op < len(f.digests) else None for f in facts]

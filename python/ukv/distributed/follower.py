@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from ukv import _convert, layout, ops
 from ukv.distributed.digest import digest_words
-from ukv.distributed.divergence import check_plans
+from ukv.distributed.divergence import check_failed, check_plans
 from ukv.distributed.geometry import WORDS, Geometry, spec_mismatch
 from ukv.distributed.group import Group
 from ukv.distributed.leader import agree, check_modes
 from ukv.distributed.replay import Replayer
 from ukv.distributed.transport import CHUNK_WORDS, Channel
 from ukv.distributed.wire import MSG_HEADER, Record, read_records
-from ukv.errors import ArgumentError, PoolConfigError
+from ukv.errors import ArgumentError, PoolConfigError, PoolPoisonedError
+from ukv.execution.base import PLAN_MOVES
 from ukv.execution.forwards import Forwards
 from ukv.specs import MambaSpec, MHASpec, Spec
 
@@ -102,7 +103,10 @@ class FollowerPool:
         self._replay = Replayer(self.raw, self._tables, [p[2] for p in geo.pools], geo.move_order)
         # The forwards reported, numbered as on the leader (no core to retire them in).
         self._forwards = Forwards()
+        self._eager_waits = not geo.lazy
         self._store: dict[str, list[ops.StoreTarget]] = {}
+        # Why a step could not be applied (then every later call raises), None while sound.
+        self.poisoned: str | None = None
 
     def _load_tables(self, words: np.ndarray) -> list[torch.Tensor]:
         out, at = [], 0
@@ -122,10 +126,28 @@ class FollowerPool:
 
         Raises:
             DivergenceError: This rank's tables (or received plans) differ from the
-                leader's (with ``check_tables``), naming the step.
+                leader's (with ``check_tables``), naming the step; or this rank failed to
+                receive or apply the step (with ``check``: every rank raises it, naming
+                this rank's failure, which is also the ``__cause__`` here).
+            PoolPoisonedError: A step failed before (this rank's bytes and tables may be
+                half-applied, so every later call raises); or this one failed with
+                ``check=False`` (the other ranks are not told).
         """
-        msg = self.channel.receive()
-        step = int(msg[1])
+        self.check_usable()
+        step = self.step_index
+        try:
+            msg = self.channel.receive()
+            step = int(msg[1])
+            records, ids = self._apply(msg)
+        except BaseException as exc:  # any failure leaves the step half-applied
+            self._fail(step, exc)
+        self.step_index = step + 1
+        if self.check:
+            self._check(step, records)
+        return FollowerStep(step, ids, len(records))
+
+    def _apply(self, msg: np.ndarray) -> tuple[list[Record], list[torch.Tensor]]:
+        """Apply every record of a step message; the ids each allocation returned."""
         records = read_records(msg, [self.geometry.table_len(i) for i in range(len(self._tables))])
         dev = torch.from_numpy(msg)
         if self.device.type != "cpu":
@@ -135,16 +157,34 @@ class FollowerPool:
             at = _offset(msg, rec.payload)
             payload = dev[at : at + len(rec.payload)]
             self._forwards.wait(rec.waits.tolist())
+            if rec.flags & PLAN_MOVES and self._eager_waits and self._forwards:
+                # As the leader's eager executor does: moves after every unretired forward.
+                self._forwards.wait(list(self._forwards.events))
             self._replay.apply(rec, payload)
             if rec.tokens[1]:
                 t_at, n = rec.tokens
                 got = payload[t_at : t_at + n]
                 ids.append(got.clone() if self.device.type == "cpu" else got)
         self._forwards.retire(None)
+        return records, ids
+
+    def _fail(self, step: int, exc: BaseException) -> NoReturn:
+        """Poison this rank after a step it could not apply, and (with ``check``) still
+        join the step's check, so every rank raises instead of the leader waiting for this
+        rank's word forever (review round 4, F8)."""
+        self.poisoned = f"applying step {step} failed: {exc!r}"
         self.step_index = step + 1
-        if self.check:
-            self._check(step, records)
-        return FollowerStep(step, ids, len(records))
+        if not self.check:
+            raise PoolPoisonedError(f"the follower is unusable: {self.poisoned}") from exc
+        err = check_failed(self.group, step, self.poisoned, [s.name for s in self._specs])
+        if not isinstance(exc, Exception):
+            raise exc  # an interrupt stays an interrupt; the other ranks have their error
+        raise err from exc
+
+    def check_usable(self) -> None:
+        """Raise :class:`~ukv.errors.PoolPoisonedError` if a step failed on this rank."""
+        if self.poisoned is not None:
+            raise PoolPoisonedError(f"the follower is unusable: {self.poisoned}")
 
     def _check(self, step: int, records: list[Record]) -> None:
         digests = [digest_words(r.words) for r in records]
@@ -160,6 +200,7 @@ class FollowerPool:
         """Report a forward just launched, at the same point the leader reports its own
         (tokens are numbered alike on every rank): plans that move pages it may read
         wait for ``event`` here as they do on the leader."""
+        self.check_usable()
         if not hasattr(event, "query"):
             raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
         self._forwards.report(event, None)
@@ -167,6 +208,9 @@ class FollowerPool:
     # ----- what a model worker uses ------------------------------------------------------
 
     def _idx(self, name: str) -> int:
+        """The index of sub-pool ``name``; refuses every use of a poisoned follower."""
+        if self.poisoned is not None:
+            self.check_usable()
         return _convert.sub_pool_index(self._index, name)
 
     @property
@@ -214,6 +258,8 @@ class FollowerPool:
         self, name: str, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> None:
         """Store K/V rows at physical ids (as ``UnifiedKVPool.set_kv``)."""
+        if self.poisoned is not None:
+            self.check_usable()
         targets = self._store.get(name)
         if targets is None:
             spec = self.spec(name)

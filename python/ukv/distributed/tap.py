@@ -1,9 +1,11 @@
 """A tap on a pool's plan execution: every executed plan is also recorded for the step.
 
-The pool executes each plan through one callable (``pool._runtime.run``, the executor's ``run``);
-the tap wraps it, so after the pool's own executor has carried the plan out, the same
-plan is packed again (ids and table rows always included) into the step's
-:class:`~ukv.distributed.wire.StepLog`, with the name of the API call that made it.
+The pool executes each plan through one callable (``pool._runtime.run``, the executor's
+``run``); the tap is a hook the runtime applies whenever it binds that callable (a resume
+after ``release_memory`` builds a new executor and wraps it again), so after the pool's
+own executor has carried the plan out, the same plan is packed again (ids and table rows
+always included) into the step's :class:`~ukv.distributed.wire.StepLog`, with the name of
+the API call that made it.
 Nothing changes for the pool itself; the cost is one pack and one digest per plan.
 At the end of a step, :meth:`PlanTap.check` compares it across ranks: the one check of
 both modes whose ranks have a core (replicated, and leader mode's rank 0).
@@ -33,6 +35,10 @@ __all__ = ["PlanTap", "caller_name"]
 
 
 _EXECUTION = os.path.dirname(os.path.abspath(execution_base.__file__))
+
+
+def _unbound(want_ids: bool = False, last: Any = None) -> Any:
+    raise AssertionError("the tap ran a plan before the runtime bound it")
 
 
 def caller_name(depth: int) -> str:
@@ -66,18 +72,19 @@ class PlanTap:
     """
 
     def __init__(self, pool: UnifiedKVPool) -> None:
-        if pool._runtime.tap is not None:
-            from ukv.errors import PoolConfigError
-
-            raise PoolConfigError("invalid pool: it is already tapped by a tensor-parallel mode")
         self.pool = pool
         self.arena = pool._runtime.arena
         self.log = StepLog([int(t.v2p.numel() + t.p2v.numel()) for t in pool._runtime.tables])
         self.digests: list[int] = []
         self.labels: list[str] = []
-        self._inner: Callable[..., Any] = pool._runtime.run
-        pool._runtime.run = self._run  # type: ignore[method-assign]
-        pool._runtime.tap = self
+        self._inner: Callable[..., Any] = _unbound
+        pool._runtime.set_tap(self)  # raises PoolConfigError when already tapped
+
+    def wrap(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        """What the runtime runs plans through instead of ``run`` (called by the runtime
+        each time it binds its executor's ``run``)."""
+        self._inner = run
+        return self._run
 
     def _run(self, want_ids: bool = False, last: Any = None) -> torch.Tensor | None:
         out = self._inner(want_ids, last)

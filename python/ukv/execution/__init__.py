@@ -18,7 +18,7 @@ has landed; :mod:`.ring` is the staging memory; :mod:`.launch` the light launch 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,7 @@ def make_executor(
     tables: list[DeviceTables],
     infos: list[dict],
     wait: Callable[[list[int]], None],
+    inflight: dict[int, Any] | None = None,
 ) -> Executor:
     """The executor for a pool whose byte buffer is ``raw``.
 
@@ -50,11 +51,13 @@ def make_executor(
         tables: Per-sub-pool tables (device mirrors on CUDA).
         infos: ``arena.pool_info(i)`` of every sub-pool.
         wait: Makes the current stream wait on in-flight forwards.
+        inflight: Eager pools: the unretired reported forwards, by token (see
+            :class:`~ukv.execution.base.Executor`); None for lazy pools.
     """
     mirrored = any(t.mirrored for t in tables)
     mask = PLAN_WAITS | PLAN_MOVES | PLAN_RESETS | (PLAN_ROWS if mirrored else 0)
     if raw.device.type == "meta":
-        return MetaExecutor(arena, tables, wait, mask)
+        return MetaExecutor(arena, tables, wait, mask)  # no bytes: nothing to order
     if ops.use_triton(raw.device):
-        return PackedExecutor(arena, tables, wait, mask, raw, infos)
-    return HostExecutor(arena, tables, wait, mask, raw, infos)
+        return PackedExecutor(arena, tables, wait, mask, raw, infos, inflight)
+    return HostExecutor(arena, tables, wait, mask, raw, infos, inflight)

@@ -30,22 +30,37 @@ def _on(t: object, index: int) -> bool:
 
 
 class TranslateLauncher:
-    """``translate_kv_loc`` through one v2p table on CUDA."""
+    """``translate_kv_loc`` (or, with ``slots``, a state-slot translate that keeps -1)
+    through one v2p table on CUDA, into ``out_dtype`` ids."""
 
-    def __init__(self, v2p: torch.Tensor, page_size: int) -> None:
+    def __init__(
+        self,
+        v2p: torch.Tensor,
+        page_size: int,
+        slots: bool = False,
+        out_dtype: torch.dtype = torch.int64,
+    ) -> None:
         self.v2p = v2p
         self.addr = v2p.data_ptr()
         self.rows = v2p.numel()
         self.index = v2p.get_device()
+        self.out_dtype = out_dtype
+        self.out_size = torch.empty(0, dtype=out_dtype).element_size()
         self.kernel = DirectKernel(_translate_k.translate_kernel, ops.TRANSLATE_NUM_WARPS)
-        self.const = {"PAGE_SIZE": page_size, "BLOCK": ops.TRANSLATE_BLOCK}
+        self.const = {"PAGE_SIZE": page_size, "BLOCK": ops.TRANSLATE_BLOCK, "SLOTS": slots}
 
     @classmethod
-    def for_table(cls, v2p: torch.Tensor, page_size: int) -> TranslateLauncher | None:
+    def for_table(
+        cls,
+        v2p: torch.Tensor,
+        page_size: int,
+        slots: bool = False,
+        out_dtype: torch.dtype = torch.int64,
+    ) -> TranslateLauncher | None:
         """A launcher for a CUDA table, None elsewhere (the wrapper serves CPU/meta)."""
         if not v2p.is_cuda or _translate_k is None:
             return None
-        return cls(v2p, page_size)
+        return cls(v2p, page_size, slots, out_dtype)
 
     def __call__(self, ids: object, out: object) -> torch.Tensor | None:
         """The physical ids, or None when this path does not handle the arguments."""
@@ -58,16 +73,16 @@ class TranslateLauncher:
         n = ids.numel()
         ip = ids.data_ptr()
         if out is None:
-            res = torch.empty(n, dtype=torch.int64, device=ids.device)
+            res = torch.empty(n, dtype=self.out_dtype, device=ids.device)
         else:
             if not _on(out, index):
                 return None
             assert isinstance(out, torch.Tensor)
-            if out.dtype is not torch.int64 or out.shape != ids.shape or not out.is_contiguous():
+            if out.dtype is not self.out_dtype or out.shape != ids.shape or not out.is_contiguous():
                 return None
             op = out.data_ptr()
-            same = op == ip and ids.dtype is torch.int64
-            if not same and op < ip + n * ids.element_size() and ip < op + 8 * n:
+            same = op == ip and ids.dtype is self.out_dtype
+            if not same and op < ip + n * ids.element_size() and ip < op + self.out_size * n:
                 return None  # partial overlap: the wrapper stages through a temporary
             res = out
         if n == 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,8 +36,9 @@ class HostExecutor(Executor):
         work_mask: int,
         raw: torch.Tensor,
         infos: list[dict],
+        inflight: dict[int, Any] | None = None,
     ) -> None:
-        super().__init__(arena, tables, wait, work_mask)
+        super().__init__(arena, tables, wait, work_mask, inflight)
         self._raw = raw  # the arrays below alias its memory: keep it alive with them
         self._rows = [
             _as_records(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from ukv import ops
-from ukv.execution.base import PLAN_RESETS, PLAN_ROWS, PLAN_WAITS, Executor
+from ukv.execution.base import PLAN_MOVES, PLAN_RESETS, PLAN_ROWS, PLAN_WAITS, Executor
 from ukv.execution.launch import DirectKernel, _get_stream
 from ukv.execution.ring import StagingRing, device_address
 
@@ -73,8 +73,9 @@ class PackedExecutor(Executor):
         work_mask: int,
         raw: torch.Tensor,
         infos: list[dict],
+        inflight: dict[int, Any] | None = None,
     ) -> None:
-        super().__init__(arena, tables, wait, work_mask)
+        super().__init__(arena, tables, wait, work_mask, inflight)
         self.device = raw.device
         self.index = raw.device.index if raw.device.type == "cuda" else -1
         self.ring = StagingRing(raw.device)
@@ -143,7 +144,7 @@ class PackedExecutor(Executor):
         flags = arena.plan_flags()
         if not flags & self.work_mask and not want_ids:
             return None
-        if flags & (PLAN_WAITS | PLAN_RESETS):
+        if flags & (PLAN_WAITS | PLAN_RESETS) or flags & PLAN_MOVES and self.inflight:
             self.prologue(flags)
         ring = self.ring
         base, at, view = ring.tensor, *ring.window()

@@ -26,12 +26,19 @@ import torch
 
 from ukv import _convert
 from ukv._tables import DeviceTables, to_device
-from ukv.errors import ArgumentError, InvalidIdError, PoolPoisonedError
+from ukv.errors import (
+    ArgumentError,
+    InvalidIdError,
+    InvariantError,
+    PoolConfigError,
+    PoolPoisonedError,
+)
 from ukv.execution import make_executor
 from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
 from ukv.execution.forwards import Forwards
 from ukv.execution.frees import DeferredFrees
+from ukv.execution.memory import Buffer
 
 logger = logging.getLogger("ukv")
 
@@ -43,47 +50,86 @@ class PoolRuntime:
 
     Args:
         arena: The native arena (``ukv._core.Arena``).
-        raw: The pool's byte buffer.
+        buffer: The pool's byte buffer (:mod:`ukv.execution.memory`).
         device: The pool's device.
         owners: ``{sub-pool index: owner index}`` for sub-pools that bind another's ids.
+        paged: The indices of the paged (KV) sub-pools; the others hold state slots.
     """
 
-    def __init__(self, arena: Any, raw: torch.Tensor, device: torch.device, owners: dict[int, int]):
+    def __init__(
+        self,
+        arena: Any,
+        buffer: Buffer,
+        device: torch.device,
+        owners: dict[int, int],
+        paged: tuple[int, ...] = (),
+    ):
         self.arena = arena
         self.device = device
         self.lock = threading.RLock()
         n = arena.num_pools()
         self.info = [arena.pool_info(i) for i in range(n)]
+        # Lazy pools flush; eager ones compact at once (their moves wait on forwards).
+        self.lazy = bool(self.info[0]["lazy"])
+        self.paged = paged
         table_device = torch.device("cpu") if device.type == "meta" else device
         self.tables = [DeviceTables(arena, i, table_device) for i in range(n)]
         self.poisoned: str | None = None
         # Continuations of a device last_loc that failed their check (on the tables' device).
         self.faults = FaultRecord(table_device)
         self.forwards = Forwards()
-        self.raw = raw
+        self.buffer = buffer
+        self.raw = buffer.raw
         self.cuda_index = device.index if device.type == "cuda" else -1
-        names = [i["name"] for i in self.info]
-        self._index = {name: i for i, name in enumerate(names)}
-        self.frees = DeferredFrees(names, [owners.get(i, i) for i in range(n)], self.live_mask)
-        # The tensor-parallel tap wrapping ``run`` (ukv.distributed.tap), when one is set.
+        self.names = tuple(i["name"] for i in self.info)
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self.frees = DeferredFrees(
+            list(self.names), [owners.get(i, i) for i in range(n)], self.live_mask
+        )
+        # The tensor-parallel tap (ukv.distributed.tap), when one is set: a hook that
+        # wraps the executor's ``run`` again whenever ``run`` is bound (see ``_bind_run``).
         self.tap: Any = None
         # Why the byte buffer's memory is given back (release_memory), None while it is held.
         self.released: str | None = None
         self._backup: torch.Tensor | None = None
+        # Called with each executed plan's page moves (see ``add_move_listener``). Made
+        # once: they outlive executors (a resume builds a new one).
+        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
         self._build_executor()
 
     def _build_executor(self) -> None:
         """The executor for the buffer as it is now (its launches cache the buffer's
         address, so a buffer given back and resumed needs a new one)."""
+        inflight = None if self.lazy else self.forwards.events
         self.executor = make_executor(
-            self.raw, self.arena, self.tables, self.info, self.forwards.wait
+            self.raw, self.arena, self.tables, self.info, self.forwards.wait, inflight
         )
-        self.run = self.executor.run
         self.ring = getattr(self.executor, "ring", None) if self.cuda_index >= 0 else None
         if self.ring is not None:
             self.ring.on_reuse = self._settle_segment
-        # Called with each executed plan's page moves (see ``add_move_listener``).
-        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
+        self._bind_run()
+
+    def _bind_run(self) -> None:
+        """Bind ``run``, the one callable every plan goes through: the executor's, or a
+        refusal while the buffer is given back, wrapped by the tap when one is set. Bound
+        here and only here, so a new executor never sheds the tap (review round 4, F7)."""
+        run = self.executor.run if self.released is None else _released_run
+        self.run = run if self.tap is None else self.tap.wrap(run)
+
+    def set_tap(self, tap: Any) -> None:
+        """Install the tensor-parallel tap: ``tap.wrap(run)`` returns what runs every plan
+        from now on, across resumes.
+
+        Raises:
+            PoolConfigError: a tap is already set.
+        """
+        with self.lock:
+            if self.tap is not None:
+                raise PoolConfigError(
+                    "invalid pool: it is already tapped by a tensor-parallel mode"
+                )
+            self.tap = tap
+            self._bind_run()
 
     def index(self, name: str) -> int:
         """The index of sub-pool ``name``.
@@ -164,17 +210,100 @@ class PoolRuntime:
                 "resume_memory() first"
             )
 
+    # ----- lazy compaction and forwards in flight -----------------------------------------
+
+    def flush(self, urgent: bool) -> int:
+        """The body of :meth:`ukv.UnifiedKVPool.flush` (under the lock): retire completed
+        forwards, apply landed frees (all with ``urgent``), then lazy compaction."""
+        self.check_usable()
+        self.check_not_capturing("flush")
+        self.forwards.retire(self.arena)
+        if self.frees:
+            self.settle(wait=urgent)
+        if not self.lazy:
+            return 0
+        arena = self.arena
+        if urgent:
+            moves = int(arena.flush(True))
+            self.execute()
+            return moves
+        # KV pages: never one that an unretired forward writes (every write set must have
+        # landed to know which); state slots: none at all while a forward is unretired,
+        # since a forward updates its batch's states in place.
+        kv_blocked = self.forwards.hand_write_sets(arena, list(self.paged))
+        states_blocked = bool(self.forwards)
+        if not kv_blocked and not states_blocked:
+            moves = int(arena.flush(False))
+            self.execute()
+            return moves
+        moves = 0
+        for i in range(len(self.info)):
+            if kv_blocked if i in self.paged else states_blocked:
+                continue
+            moves += int(arena.flush_pool(i, False))
+            self.execute()
+        return moves
+
+    def report_forward(self, event: Any, out_cache_loc: torch.Tensor | None) -> None:
+        """The body of :meth:`ukv.UnifiedKVPool.set_inflight_forward`: check, then record
+        the forward (its write set only in lazy mode, the one that reads it)."""
+        if not hasattr(event, "query"):
+            raise ArgumentError(f"bad argument event = {event!r}: needs a query() method")
+        if out_cache_loc is not None:
+            check_out_cache_loc(out_cache_loc)
+        with self.lock:
+            self.check_usable()
+            self.check_resident("set_inflight_forward")
+            if not self.lazy:
+                # Eager pools hold no pages for a forward: retire what completed now, so
+                # an engine that never calls flush keeps no events (memory stays flat).
+                self.forwards.retire(self.arena)
+            # Write sets steer lazy flushes only: an eager pool stages no copy of them.
+            writes = None
+            if out_cache_loc is not None and self.lazy:
+                writes = self.forwards.landing(out_cache_loc, self.ring)
+            token = self.forwards.report(event, writes)
+            self.arena.set_latest_token(token)
+
+    def check_invariants(self) -> None:
+        """The core's invariants, and that device tables mirror the host ones (a read
+        back of the device tables: tests and debugging)."""
+        self.arena.check_invariants()
+        for i, tables in enumerate(self.tables):
+            if not tables.mirrored:
+                continue
+            host_v2p = torch.from_numpy(self.arena.v2p(i))
+            host_p2v = torch.from_numpy(self.arena.p2v(i))
+            for label, dev, host in (("v2p", tables.v2p, host_v2p), ("p2v", tables.p2v, host_p2v)):
+                diff = (dev.cpu() != host).nonzero()
+                if diff.numel():
+                    r = int(diff[0, 0])
+                    raise InvariantError(
+                        f"device {label} of {self.names[i]!r} row {r} = {int(dev[r])} but "
+                        f"host has {int(host[r])}"
+                    )
+
     # ----- giving the buffer's memory back -------------------------------------------------
 
-    def release(self, keep_contents: bool) -> None:
+    def release(self, keep_contents: bool, force: bool, keep_address: bool = False) -> None:
         """Give the byte buffer's memory back; tables and ids stay (see
-        :meth:`ukv.UnifiedKVPool.release_memory`)."""
+        :meth:`ukv.UnifiedKVPool.release_memory`). Every refusal comes before anything
+        changes, but for queued frees, applied before the live pages are counted."""
         self.check_usable()
         self.check_not_capturing("release_memory")
         if self.tap is not None:
             raise ArgumentError(
                 "bad call release_memory: the pool runs in a tensor-parallel mode; release "
                 "is not supported there"
+            )
+        if keep_contents and self.device.type == "meta":
+            raise ArgumentError(
+                "bad argument keep_contents = True: a meta pool holds no bytes to keep"
+            )
+        if keep_address and not self.buffer.keeps_address:
+            raise ArgumentError(
+                f"bad argument keep_address = True: this pool's buffer would move "
+                f"({self.buffer.why_moves})"
             )
         self.forwards.retire(self.arena)
         if self.forwards:
@@ -183,32 +312,51 @@ class PoolRuntime:
                 "have not completed; wait for them (and retire_completed()) first"
             )
         self.settle(wait=True)  # queued frees may move pages: apply them while bytes exist
+        if not (keep_contents or force or self.device.type == "meta"):
+            self._refuse_dropping_live()
         if self.cuda_index >= 0:
             with torch.cuda.device(self.cuda_index):
                 torch.cuda.synchronize()  # no kernel may still read or write the buffer
         self._backup = self.raw.to("cpu", copy=True) if keep_contents else None
-        self.raw.untyped_storage().resize_(0)
-        self.executor = None  # type: ignore[assignment]
-        self.run = _released_run
-        self.ring = None
-        if self.cuda_index >= 0:
-            with torch.cuda.device(self.cuda_index):
-                torch.cuda.empty_cache()  # back to the driver, not only to torch's cache
+        self.buffer.release()
+        if not self.buffer.keeps_address:
+            # Its launches and NumPy rows hold the old address: a new one comes at resume.
+            self.executor = None  # type: ignore[assignment]
+            self.ring = None
         self.released = "contents kept on the host" if keep_contents else "contents dropped"
+        self._bind_run()
+
+    def _refuse_dropping_live(self) -> None:
+        """Raise when live ids would come back zeroed (review round 4, N3)."""
+        live = [
+            f"{int(self.arena.pool_state(i)[1])} of {info['name']!r}"
+            for i, info in enumerate(self.info)
+            if self.arena.pool_state(i)[1]
+        ]
+        if live:
+            raise ArgumentError(
+                f"bad argument keep_contents = False: live pages ({', '.join(live)}) would "
+                "come back zeroed; free them first, pass keep_contents=True to keep their "
+                "bytes, or force=True to drop them"
+            )
 
     def resume(self) -> None:
         """Take the buffer's memory back: its bytes as they were (``keep_contents``) or
-        zeros; a new executor for the new address."""
+        zeros; a new executor if the address changed. A failure to get the memory back
+        leaves the pool released (the call may be repeated)."""
         if self.released is None:
             raise ArgumentError("bad call resume_memory: the pool's memory is not released")
-        self.raw.untyped_storage().resize_(self.raw.numel())
+        self.buffer.resume()
         if self._backup is not None:
             self.raw.copy_(self._backup)
             self._backup = None
         elif self.raw.device.type != "meta":
             self.raw.zero_()
-        self._build_executor()
         self.released = None
+        if self.executor is None:
+            self._build_executor()
+        else:
+            self._bind_run()
 
     def ids_out(self, ids: np.ndarray) -> torch.Tensor:
         """Host ids as the pool hands them out: on the tables' device (CPU for meta)."""
@@ -381,6 +529,25 @@ class PoolRuntime:
                 res = op()
             out = self.execute(res is not None and want_ids and self.returns_ids, last)
         return res, out
+
+
+def check_out_cache_loc(out_cache_loc: object) -> None:
+    """Refuse a write set that is not a 1-D contiguous int32/int64 tensor of ids (checked
+    at report time, not at the next flush, which would then fail until it completes)."""
+    if not isinstance(out_cache_loc, torch.Tensor):
+        raise ArgumentError(
+            f"bad argument out_cache_loc: {type(out_cache_loc).__name__} must be a torch.Tensor"
+        )
+    if out_cache_loc.dtype not in (torch.int32, torch.int64) or out_cache_loc.dim() != 1:
+        raise ArgumentError(
+            f"bad argument out_cache_loc: dtype {out_cache_loc.dtype} shape "
+            f"{tuple(out_cache_loc.shape)} must be 1-D int32/int64"
+        )
+    if not out_cache_loc.is_contiguous() or out_cache_loc.device.type == "meta":
+        raise ArgumentError(
+            f"bad argument out_cache_loc: stride {out_cache_loc.stride()} on "
+            f"{out_cache_loc.device} must be contiguous and hold ids"
+        )
 
 
 def _released_run(want_ids: bool = False, last: Any = None) -> Any:

@@ -103,15 +103,11 @@ class MambaSlots:
         "no state") stays −1 and so does any id that names no live slot, slot 0 (the
         padding anchor, never a request's state) included."""
         self._pool._runtime.check_usable()
-        v2p = self._alloc._tables.v2p
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
             raise ArgumentError(f"bad argument ids: {ids!r} must be an int32/int64 tensor")
-        # Row -1 of v2p is its sentinel (-1): clamping sends padding and ids past the
-        # table there, and a released slot's row already holds -1. Row 0 is the padding
-        # anchor (physical 0): slot 0 is sent to the sentinel too.
-        idx = ids.to(v2p.device).clamp(-1, v2p.numel() - 1)
-        res = v2p[idx.masked_fill(idx == 0, -1)]
-        return res if out is None else out.copy_(res)
+        # One launch: padding (-1), slot 0 (the padding anchor) and ids that name no live
+        # slot all come out -1 (SubPoolAllocator.translate_slots).
+        return self._alloc.translate_slots(ids.to(self._alloc.v2p.device), out=out)
 
     def available_size(self) -> int:
         """Slots ``alloc`` can take now."""

@@ -10,6 +10,10 @@ Why a kernel and not the torch op chain: the chain is five launches and as many
 temporaries per call, and translate runs on every forward step. This is one launch, no
 host sync and no data-dependent shape, so it can be captured in a CUDA graph.
 
+``SLOTS`` (state slots, page size 1): what names no live slot maps to -1 instead ("no
+state", which state kernels skip), and so does id 0, the padding anchor (never a
+request's state).
+
 In-place use (``out`` aliasing ``ids``) is safe: each program loads its block of ids
 before storing the same positions, and no two programs touch the same position.
 """
@@ -30,13 +34,17 @@ def translate_kernel(
     stride_out,
     PAGE_SIZE: tl.constexpr,
     BLOCK: tl.constexpr,
+    SLOTS: tl.constexpr = False,
 ):
     """Write ``out[i] = translate(ids[i])`` for ``BLOCK`` ids. Grid: ``cdiv(num_ids, BLOCK)``."""
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < num_ids
     ids = tl.load(ids_ptr + offs * stride_ids, mask=mask, other=-1).to(tl.int64)
-    valid = mask & (ids >= 0)
+    if SLOTS:
+        valid = mask & (ids > 0)
+    else:
+        valid = mask & (ids >= 0)
     if PAGE_SIZE == 1:
         page = ids
     else:
@@ -47,5 +55,8 @@ def translate_kernel(
         phys = base
     else:
         phys = base * PAGE_SIZE + ids % PAGE_SIZE
-    phys = tl.where(valid & (phys >= 0), phys, 0)
+    if SLOTS:
+        phys = tl.where(valid & (phys >= 0), phys, -1)
+    else:
+        phys = tl.where(valid & (phys >= 0), phys, 0)
     tl.store(out_ptr + offs * stride_out, phys.to(out_ptr.dtype.element_ty), mask=mask)

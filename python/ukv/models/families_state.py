@@ -48,8 +48,19 @@ _NEMOTRON_BLOCKS: Mapping[str, LayerKind] = {
     "attention": "full",
     "mlp": "none",
     "moe": "none",
+    # transformers' newest NemotronHConfig renames the first two when it saves a config
+    # (remap_legacy_layer_types): Mamba2 is "linear_attention", attention "full_attention".
+    "linear_attention": "mamba",
+    "full_attention": "full",
 }
-_ZAMBA2_BLOCKS: Mapping[str, LayerKind] = {"mamba": "mamba", "hybrid": "full+mamba"}
+_ZAMBA2_BLOCKS: Mapping[str, LayerKind] = {
+    "mamba": "mamba",
+    "hybrid": "full+mamba",
+    # Zyphra's own configs (e.g. Zamba2-1.2B at 4f8e85cd), as their transformers fork reads
+    # them: "m" a Mamba2 layer, "g" the shared transformer block followed by a Mamba2 layer.
+    "m": "mamba",
+    "g": "full+mamba",
+}
 _LFM2: Mapping[str, LayerKind] = {"full_attention": "full", "conv": "mamba"}
 
 
@@ -77,6 +88,16 @@ def _attention_at(list_key: str) -> LayerPattern:
         return tuple("full" if i in attn else "mamba" for i in range(num_layers))
 
     return pattern
+
+
+def _nemotron_num_layers(cfg: ConfigFields) -> int | None:
+    """transformers 5 derives ``num_hidden_layers`` from the layer list (the key is
+    deprecated, and configs it writes may leave it out): the list's length, if any."""
+    for list_key in ("layers_block_type", "hybrid_override_pattern"):
+        value = cfg.values.get(list_key)
+        if isinstance(value, (list, str)):
+            return len(value)
+    return None
 
 
 def _nemotron(cfg: ConfigFields) -> tuple[LayerKind, ...]:
@@ -172,8 +193,10 @@ NEMOTRON_H = Family(
         "d_conv": key("conv_kernel"),
     },
     attention=gqa(key("head_dim", "attention_head_dim", default=128)),
+    defaults={"num_hidden_layers": _nemotron_num_layers},
 )
-"""Nemotron-H: Mamba2, attention and MLP layers."""
+"""Nemotron-H: Mamba2, attention and MLP layers; ``num_hidden_layers`` defaults to the
+layer list's length, as in transformers 5."""
 
 GRANITE_MOE_HYBRID = Family(
     layers=listed_layers(_GRANITE),
@@ -222,13 +245,13 @@ FALCON_H1 = Family(
 ZAMBA2 = Family(
     layers=listed_layers(_ZAMBA2_BLOCKS, list_key="layers_block_type"),
     mixer=Mamba2Mixer,
-    mixer_fields={
-        "d_ssm": derived(expanded("mamba_expand")),
+    mixer_fields={  # transformers' keys first, then those of Zyphra's own configs
+        "d_ssm": derived(expanded("mamba_expand", "expansion_factor")),
         "head_dim": key("mamba_headdim", default=64),
         "num_heads": key("n_mamba_heads", default=per_head("d_ssm", "head_dim")),
         "num_groups": key("mamba_ngroups", default=1),
-        "d_state": key("mamba_d_state", default=64),
-        "d_conv": key("mamba_d_conv", default=4),
+        "d_state": key("mamba_d_state", "state_size", default=64),
+        "d_conv": key("mamba_d_conv", "conv_dimension", default=4),
     },
     check=_heads_fill("n_mamba_heads", "mamba_headdim", "mamba_expand * hidden_size"),
     attention=gqa(
@@ -238,9 +261,11 @@ ZAMBA2 = Family(
         )
     ),
 )
-"""Zamba2: ``layers_block_type`` of ``"mamba"`` / ``"hybrid"``; a hybrid layer runs the
-shared attention block (its own KV cache, heads of ``2 * hidden_size /
-num_attention_heads`` on the concatenated input) next to its Mamba2 mixer."""
+"""Zamba2: ``layers_block_type`` of ``"mamba"`` / ``"hybrid"`` (``"m"`` / ``"g"`` in
+Zyphra's own configs, whose Mamba2 keys are ``state_size``, ``conv_dimension`` and
+``expansion_factor``); a hybrid layer runs the shared attention block (its own KV cache,
+heads of ``2 * hidden_size / num_attention_heads`` on the concatenated input) next to its
+Mamba2 mixer."""
 
 MAMBA2 = Family(
     layers=every_layer("mamba"),

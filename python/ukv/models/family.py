@@ -30,6 +30,7 @@ __all__ = [
     "Derive",
     "Family",
     "Field",
+    "KeyDefault",
     "LayerPattern",
     "Table",
     "derived",
@@ -93,9 +94,12 @@ def per_head(total: str, heads: str) -> Derive:
     return lambda cfg, got: got[total] // got[heads]
 
 
-def expanded(expand_key: str) -> Derive:
-    """``expand_key * hidden_size``, the expand factor defaulting to 2 (Mamba inner size)."""
-    return lambda cfg, got: cfg.integer(expand_key, default=2) * cfg.integer("hidden_size")
+def expanded(expand_key: str, *fallbacks: str) -> Derive:
+    """``expand_key * hidden_size`` (else the first of ``fallbacks`` present), the expand
+    factor defaulting to 2 (Mamba inner size)."""
+    return lambda cfg, got: (
+        cfg.integer(expand_key, *fallbacks, default=2) * cfg.integer("hidden_size")
+    )
 
 
 def _hidden_per_head(cfg: ConfigFields, got: Mapping[str, int]) -> int:
@@ -193,6 +197,10 @@ def read_tables(*tables: tuple[ConfigFields, Table]) -> list[dict[str, int]]:
 LayerPattern = Callable[[ConfigFields], Sequence[LayerKind]]
 """Decodes a (text) config's layer pattern: one kind per decoder layer."""
 
+KeyDefault = int | Callable[[ConfigFields], int | None]
+"""transformers' default of a key a family reads itself: a constant, or computed from the
+(text) config (None: no default can be computed, the key stays missing)."""
+
 Check = Callable[[ConfigFields, Mapping[str, int]], None]
 """Refuses fields of a table that disagree with each other (the message names them)."""
 
@@ -255,7 +263,8 @@ class Family:
         max_positions: Where the longest request comes from when not
             ``max_position_embeddings`` (0: unknown).
         defaults: transformers' defaults of keys the layer pattern and the shape read
-            themselves (``num_hidden_layers``, ...), filled in where the config omits them.
+            themselves (``num_hidden_layers``, ...), filled in where the config omits them
+            (a :data:`KeyDefault`: constant, or computed from the config).
         text_config: Where the text model's keys are: ``"top"`` the config itself,
             ``"nested"`` its ``text_config`` (required), ``"either"`` ``text_config``
             when present.
@@ -270,7 +279,7 @@ class Family:
     window: Field | None = None
     chunked: bool = False
     max_positions: Field | None = None
-    defaults: Mapping[str, int] = field(default_factory=dict)
+    defaults: Mapping[str, KeyDefault] = field(default_factory=dict)
     text_config: Literal["top", "nested", "either"] = "top"
 
     def __call__(self, cfg: ConfigFields, name: str) -> ModelShape:
@@ -318,9 +327,13 @@ class Family:
             self.text_config == "either" and cfg.has("text_config")
         )
         text = cfg.mapping("text_config") if nested else cfg
-        if not self.defaults:
+        omitted = {}
+        for k, default in self.defaults.items():
+            value = None if text.has(k) else default(text) if callable(default) else default
+            if value is not None:
+                omitted[k] = value
+        if not omitted:
             return text
-        omitted = {k: v for k, v in self.defaults.items() if not text.has(k)}
         return ConfigFields({**text.values, **omitted}, text.model_type, text.prefix)
 
     def _mixer(self, cfg: ConfigFields, values: Mapping[str, int]) -> Mixer:

@@ -90,7 +90,8 @@ def from_layer_types(
     kinds: list[LayerKind] = []
     for i, entry in enumerate(layer_types):
         if not isinstance(entry, str) or entry not in mapping:
-            raise PoolConfigError(f"{key}[{i}] is {entry!r}; expected one of {sorted(mapping)}")
+            accepted = ", ".join(repr(k) for k in sorted(mapping))
+            raise PoolConfigError(f"{key}[{i}] is {entry!r}; expected one of {accepted}")
         kinds.append(mapping[entry])
     return tuple(kinds)
 

@@ -376,7 +376,7 @@ impl Arena {
     }
 
     #[inline]
-    fn require_owner(&self, i: usize, op: &str) -> Result<()> {
+    pub(crate) fn require_owner(&self, i: usize, op: &str) -> Result<()> {
         self.check_pool(i)?;
         if self.pools[i].owner.is_some() {
             return Err(self.not_owner(i, op));
@@ -528,7 +528,7 @@ impl Arena {
     /// Make sure `n` pages can be taken from pool `i`, flushing its neighbour urgently
     /// when that is enough and only then.
     #[inline]
-    fn make_room(&mut self, i: usize, n: i64) -> bool {
+    pub(crate) fn make_room(&mut self, i: usize, n: i64) -> bool {
         self.fits_now(i, n) || self.make_room_by_flushing(i, n)
     }
 

@@ -31,6 +31,7 @@
 
 mod arena;
 mod capacity;
+mod claim;
 mod composite;
 mod error;
 mod geometry;

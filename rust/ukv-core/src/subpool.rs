@@ -311,7 +311,7 @@ impl SubPool {
 
     /// Check that a virtual page id is a real one, naming `id` (in `unit`s) on failure.
     #[inline]
-    fn check_virtual_page(&self, page: i64, id: i64, unit: &'static str) -> Result<()> {
+    pub(crate) fn check_virtual_page(&self, page: i64, id: i64, unit: &'static str) -> Result<()> {
         if id >= 0 && page >= self.geo.min_virtual_page && page < self.geo.num_virtual_pages {
             return Ok(());
         }

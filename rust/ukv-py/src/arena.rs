@@ -164,6 +164,26 @@ impl PyArena {
         self.call(|a| a.alloc_with_virtual(pool, pages))
     }
 
+    /// Bind caller-chosen free virtual pages of an owner pool; False when they do not fit.
+    fn alloc_at(&mut self, pool: usize, pages: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let pages = ids(pages, "virtual_pages")?;
+        let pages = pages.as_slice()?;
+        self.call(|a| a.alloc_at(pool, pages))
+    }
+
+    /// Hand each live page of `from_pages[k]` over to the free id `to_pages[k]`.
+    fn rebind(
+        &mut self,
+        pool: usize,
+        from_pages: &Bound<'_, PyAny>,
+        to_pages: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let from = ids(from_pages, "from_pages")?;
+        let to = ids(to_pages, "to_pages")?;
+        let (from, to) = (from.as_slice()?, to.as_slice()?);
+        self.call(|a| a.rebind(pool, from, to))
+    }
+
     /// Token-level extend; (tokens, token_req or None) or None when it does not fit.
     #[pyo3(signature = (pool, prefix_lens, seq_lens, last_loc=None))]
     fn alloc_extend<'py>(

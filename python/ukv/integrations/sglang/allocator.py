@@ -12,6 +12,7 @@ page ids expanded to tokens, or ``_copy_from_physical(src, dst)`` for a state po
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from ukv.integrations.sglang.errors import (
 )
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
-__all__ = ["MultiEndedAllocator"]
+__all__ = ["AllocSurface", "MultiEndedAllocator"]
 
 _Base: Any = bases.names["BaseTokenToKVPoolAllocator"]
 
@@ -50,7 +51,69 @@ def _expand_pages(pages: np.ndarray, page_size: int) -> np.ndarray:
     return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
 
 
-class MultiEndedAllocator(_Base):
+class AllocSurface:
+    """SGLang's three allocation calls, over whatever ukv allocator ``_allocating`` names
+    (one sub-pool's, or the SWA pair's joint one): the same keywords and results on both
+    kinds of allocator SGLang's scheduler holds."""
+
+    page_size: int
+    device: Any
+
+    def _allocating(self, what: str) -> Any:
+        raise NotImplementedError
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """``need_size`` virtual token ids (whole pages), or None when they do not fit;
+        an empty tensor when ``need_size <= 0`` (as SGLang).
+
+        Raises:
+            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
+            SGLangArgumentError: called on a non-owner.
+        """
+        target = self._allocating("alloc")
+        if isinstance(need_size, int) and need_size <= 0:
+            return _empty_ids(self.device)  # as SGLang: nothing asked, nothing taken
+        if isinstance(need_size, int) and need_size % self.page_size:
+            raise SGLangMisalignedError(
+                f"alloc(need_size={need_size}) is misaligned: not a multiple of "
+                f"page_size={self.page_size}"
+            )
+        with translated():
+            return target.alloc(need_size)
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        num_new_pages: int | None = None,
+    ) -> torch.Tensor | None:
+        """The new tokens of an extend batch, reusing each request's last page; None when
+        they do not fit. ``num_new_pages`` is accepted (ukv counts them itself)."""
+        target = self._allocating("alloc_extend")
+        with translated():
+            return target.alloc_extend(
+                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
+            )
+
+    def alloc_decode(
+        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+    ) -> torch.Tensor | None:
+        """One token per request (valid at every page size); None when it does not fit.
+
+        Raises:
+            SGLangArgumentError: a ``last_loc`` that is not the live token just before the
+                request's new one.
+        """
+        target = self._allocating("alloc_decode")
+        with translated():
+            return target.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
+
+
+class MultiEndedAllocator(AllocSurface, _Base):
     """One sub-pool's allocator (SGLang's name and keywords), backed by ukv.
 
     Args:
@@ -112,6 +175,8 @@ class MultiEndedAllocator(_Base):
         self.lazy_compaction = unified_buffer._claims[sub_pool_name].lazy
         self._peer: MultiEndedAllocator | None = None
         self._latest_forward_done_event: Any = None
+        # Physical page -> the id it was taken under, between take_physical and bind.
+        self._taken: dict[int, int] = {}
         unified_buffer.report_moves_to(sub_pool_name, self)
 
     # ----- ukv behind it -------------------------------------------------------------------------
@@ -283,31 +348,17 @@ class MultiEndedAllocator(_Base):
 
     # ----- allocation --------------------------------------------------------------------------
 
+    def _allocating(self, what: str) -> Any:
+        """ukv's allocator of this sub-pool, for an allocation SGLang's ``what`` asks."""
+        self._require_owner(what)
+        return self._sub
+
     def _require_owner(self, what: str) -> None:
         if not self.is_id_owner:
             raise SGLangArgumentError(
                 f"{what} on {self.sub_pool_name!r}: a non-owner binds its owner's ids "
                 "(use alloc_with_virtual)"
             )
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """``need_size`` virtual token ids (whole pages), or None when they do not fit;
-        an empty tensor when ``need_size <= 0`` (as SGLang).
-
-        Raises:
-            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
-            SGLangArgumentError: called on a non-owner.
-        """
-        self._require_owner("alloc")
-        if isinstance(need_size, int) and need_size <= 0:
-            return _empty_ids(self.device)  # as SGLang: nothing asked, nothing taken
-        if isinstance(need_size, int) and need_size % self.page_size:
-            raise SGLangMisalignedError(
-                f"alloc(need_size={need_size}) is misaligned: not a multiple of "
-                f"page_size={self.page_size}"
-            )
-        with translated():
-            return self._sub.alloc(need_size)
 
     def alloc_with_virtual(self, virtual_pages: torch.Tensor) -> None:
         """Bind the owner's virtual pages on this non-owner (SWA) side.
@@ -331,42 +382,86 @@ class MultiEndedAllocator(_Base):
                 f"{virtual_pages.numel()} pages (check the joint available_size first)"
             )
 
+    # ----- SGLang's allocation primitives (its alloc's insides; its tests call them) ----------
+
     def take_physical(self, need_size: int) -> torch.Tensor | None:
-        """Not offered: ukv never hands out physical pages without a virtual id.
+        """Physical pages for ``need_size`` tokens, to be named by :meth:`bind`; None when
+        they do not fit; empty for ``need_size <= 0``.
+
+        ukv has no physical page without a virtual id: the pages are taken under the ids
+        the free queue hands out next, and :meth:`bind` renames them (those ids go back to
+        the front of the queue), so the pool stays consistent in between.
 
         Raises:
-            SGLangNotImplementedError: always.
+            SGLangMisalignedError: ``need_size`` is not a multiple of the page size.
+            SGLangArgumentError: called on a non-owner.
         """
-        raise SGLangNotImplementedError(
-            f"take_physical(need_size={need_size!r}): ukv binds every physical page to a "
-            "virtual id in one operation; use alloc / alloc_with_virtual"
-        )
+        ids = self.alloc(need_size)
+        if ids is None or ids.numel() == 0:
+            return ids
+        pages = ids[:: self.page_size] // self.page_size
+        phys = self.virtual_to_physical[pages.to(self.virtual_to_physical.device)]
+        self._taken.update(zip(phys.tolist(), pages.tolist()))
+        return phys.to(_host_or(self.device))
 
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-        num_new_pages: int | None = None,
-    ) -> torch.Tensor | None:
-        """The new tokens of an extend batch, reusing each request's last page; None when
-        they do not fit. ``num_new_pages`` is accepted (ukv counts them itself)."""
-        self._require_owner("alloc_extend")
-        with translated():
-            return self._sub.alloc_extend(
-                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
+    def take_physical_pages(self, num_pages: int) -> torch.Tensor | None:
+        """:meth:`take_physical` of ``num_pages`` whole pages."""
+        return self.take_physical(num_pages * self.page_size)
+
+    def bind(self, virtual_ids: torch.Tensor, physical_ids: torch.Tensor) -> None:
+        """Name pages :meth:`take_physical` gave: virtual page ``virtual_ids[k]`` now maps
+        to physical page ``physical_ids[k]`` (and back).
+
+        Raises:
+            SGLangArgumentError: lengths differ, a physical page that :meth:`take_physical`
+                did not give (or was bound already), or a virtual page that is live
+                (nothing is bound then).
+        """
+        virt = [int(v) for v in torch.as_tensor(virtual_ids).reshape(-1).tolist()]
+        phys = [int(p) for p in torch.as_tensor(physical_ids).reshape(-1).tolist()]
+        unknown = [p for p in phys if p not in self._taken]
+        if len(virt) != len(phys) or unknown:
+            raise SGLangArgumentError(
+                f"bind on {self.sub_pool_name!r}: {len(virt)} virtual for {len(phys)} "
+                f"physical pages; physical pages not taken by take_physical: {unknown[:8]}"
             )
+        held = [self._taken[p] for p in phys]
+        moving = [(h, v) for h, v in zip(held, virt) if h != v]
+        if moving:
+            src, dst = zip(*moving)
+            with translated():
+                self._sub.rebind(np.asarray(src, np.int64), np.asarray(dst, np.int64))
+        for p in phys:
+            del self._taken[p]
 
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
-    ) -> torch.Tensor | None:
-        """One token per request (valid at every page size); None when it does not fit."""
-        self._require_owner("alloc_decode")
+    def bind_pages(self, virtual_pages: torch.Tensor, physical_pages: torch.Tensor) -> None:
+        """Page-granular :meth:`bind` (the same thing: ukv's tables are per page)."""
+        self.bind(virtual_pages, physical_pages)
+
+    def _alloc_bind_fast_or_slow(self, v_pages: torch.Tensor, n: int) -> torch.Tensor | None:
+        """Bind the ``n`` caller-chosen virtual pages ``v_pages`` to physical pages (holes
+        first, then a fresh extension); their physical pages, None when they do not fit
+        (checked first), empty for ``n == 0``. On a non-owner (the SWA side) the pages
+        must be live on the owner, as :meth:`alloc_with_virtual` requires.
+
+        Raises:
+            SGLangArgumentError: a page that is live here, repeated, or (non-owner) not
+                live on the owner.
+            SGLangInvalidIdError: a page outside the id space.
+        """
+        if int(n) == 0:
+            return _empty_ids(self.device)
+        pages = torch.as_tensor(v_pages).reshape(-1)[: int(n)]
         with translated():
-            return self._sub.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
+            if self.is_id_owner:
+                phys = self._sub.alloc_at(pages)
+            else:
+                swa = self.unified_buffer.swa_hybrid()
+                assert swa is not None, "a non-owner is always the SWA side of a bound pair"
+                ok = swa.bind_swa_pages(pages.detach().cpu())
+                phys = self.virtual_to_physical[pages.to(self.virtual_to_physical.device)]
+                phys = phys if ok else None
+        return None if phys is None else phys.to(_host_or(self.device))
 
     def free(self, free_index: torch.Tensor) -> None:
         """Free the pages of these virtual tokens (eager: compacts now; lazy: holes).
@@ -417,11 +512,25 @@ class MultiEndedAllocator(_Base):
     def clear_inverse_history(self) -> None:
         """Nothing to clear: ukv keeps no relocation history."""
 
-    def backup_state(self) -> tuple[int, int]:
-        """A marker of the current allocation state (for :meth:`restore_state`)."""
-        return (self.watermark_physical, self.allocated_count())
+    def backup_state(self) -> tuple[int, ...]:
+        """A marker of the current allocation state (for :meth:`restore_state`): the
+        watermark, live, unused and moved pages, and a digest of the free-id queue (an
+        owner's alloc + free pair leaves the counts as they were but not its queue).
 
-    def restore_state(self, state: tuple[int, int]) -> list[Any]:
+        Costs a copy of the free-id queue (SGLang's CUDA path never calls it; only its
+        NPU DSv4 allocator rolls back with it)."""
+        stats = self._stats()
+        free = self._sub.free_virtual_pages()
+        digest = 0 if free is None else zlib.crc32(free.tobytes())
+        return (
+            self.watermark_physical,
+            self.allocated_count(),
+            int(stats.holes) + int(stats.pending_pages),
+            int(stats.pages_moved),
+            digest,
+        )
+
+    def restore_state(self, state: tuple[int, ...]) -> list[Any]:
         """Return to a :meth:`backup_state` marker when nothing changed since; [] (no
         relocations to undo).
 

@@ -8,34 +8,26 @@ a stand-in that carries no behaviour SGLang's scheduler would rely on, except
 which implement the small request-slot and layer-routing surface the drop-in inherits
 from SGLang, so the drop-in works standalone.
 
-The version seam: SGLang 0.5.16 keeps these in ``sglang.srt.mem_cache.memory_pool``,
-``swa_memory_pool`` and ``allocator``; a later layout is added to :data:`_SOURCES`.
+Where SGLang keeps them is the installed release's ``layouts.Layout.bases`` (0.5.16 and
+0.5.23 keep these in ``sglang.srt.mem_cache.memory_pool``, ``swa_memory_pool`` and
+``allocator``; 0.5.23 adds ``MLATokenToKVPool``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
 import torch
 
+from ukv.integrations.sglang import layouts
+
 __all__ = ["FROM_SGLANG", "names"]
 
-# name -> (module, attribute), SGLang 0.5.16's layout.
-_SOURCES: dict[str, tuple[str, str]] = {
-    "BaseTokenToKVPoolAllocator": ("sglang.srt.mem_cache.allocator", "BaseTokenToKVPoolAllocator"),
-    "SWATokenToKVPoolAllocator": (
-        "sglang.srt.mem_cache.allocator.swa",
-        "SWATokenToKVPoolAllocator",
-    ),
-    "SWAKVPool": ("sglang.srt.mem_cache.swa_memory_pool", "SWAKVPool"),
-    "ReqToTokenPool": ("sglang.srt.mem_cache.memory_pool", "ReqToTokenPool"),
-    "HybridReqToTokenPool": ("sglang.srt.mem_cache.memory_pool", "HybridReqToTokenPool"),
-    "HybridLinearKVPool": ("sglang.srt.mem_cache.memory_pool", "HybridLinearKVPool"),
-    "MHATokenToKVPool": ("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool"),
-    "MambaPool": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
-    "KVWriteLoc": ("sglang.srt.mem_cache.memory_pool", "KVWriteLoc"),
-}
+# name -> (module, attribute), of the installed SGLang's layout (the version seam lives
+# in ``layouts``).
+_SOURCES: dict[str, tuple[str, str]] = layouts.current().bases
 
 
 def _load_sglang() -> dict[str, Any] | None:
@@ -67,23 +59,47 @@ class _MHATokenToKVPool(_KVCache):
     """Stand-in for SGLang's MHA pool (the drop-in implements its surface itself)."""
 
 
+class _MLATokenToKVPool(_KVCache):
+    """Stand-in for SGLang's MLA pool (``isinstance`` only)."""
+
+
 class _SWAKVPool(_KVCache):
     """Stand-in for SGLang's SWA pool (``isinstance`` only)."""
 
 
 class _MambaPool:
-    """Stand-in for SGLang's Mamba pool: its ``State`` records."""
+    """Stand-in for SGLang's Mamba pool: its ``State`` and ``SpeculativeState`` records."""
 
+    @dataclasses.dataclass(frozen=True, kw_only=True)
     class State:
         """Conv and temporal state views: ``conv[i]`` ``[layers, slots, *conv_i]``,
         ``temporal`` ``[layers, slots, *temporal]``."""
 
-        def __init__(self, *, conv: list[torch.Tensor], temporal: torch.Tensor) -> None:
-            self.conv = conv
-            self.temporal = temporal
+        conv: list[torch.Tensor]
+        temporal: torch.Tensor
 
         def at_layer_idx(self, layer: int) -> Any:
-            return type(self)(conv=[c[layer] for c in self.conv], temporal=self.temporal[layer])
+            """The same record for one layer (lists indexed element-wise, as SGLang's)."""
+            kwargs: dict[str, Any] = {}
+            for f in dataclasses.fields(self):
+                v = getattr(self, f.name)
+                kwargs[f.name] = (
+                    None
+                    if v is None
+                    else [t[layer] for t in v]
+                    if isinstance(v, list)
+                    else v[layer]
+                )
+            return type(self)(**kwargs)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class SpeculativeState(State):
+        """Plus the per-draft scratch of speculative verification: ``intermediate_ssm``
+        ``[layers, rows, draft_tokens, *temporal]`` and ``intermediate_conv_window[i]``
+        ``[layers, rows, draft_tokens, *conv_i]``, rows indexed by batch position."""
+
+        intermediate_ssm: torch.Tensor | None
+        intermediate_conv_window: list[torch.Tensor]
 
 
 class _KVWriteLoc:
@@ -271,6 +287,22 @@ class _HybridLinearKVPool(_KVCache):
         self.full_kv_pool.move_kv_cache(tgt_loc, src_loc)
 
 
+class _TorchMemorySaverAdapter:
+    """Stand-in for SGLang's memory-saver adapter: without SGLang (and its
+    ``torch_memory_saver``) there is no region to allocate in."""
+
+    @staticmethod
+    def create(enable: bool) -> Any:
+        if enable:
+            from ukv.integrations.sglang.errors import SGLangNotImplementedError
+
+            raise SGLangNotImplementedError(
+                "enable_memory_saver=True needs SGLang's TorchMemorySaverAdapter (SGLang and "
+                "torch_memory_saver installed): the drop-in allocates its buffer in that region"
+            )
+        return None
+
+
 _STAND_INS: dict[str, Any] = {
     "BaseTokenToKVPoolAllocator": _BaseTokenToKVPoolAllocator,
     "SWATokenToKVPoolAllocator": _SWATokenToKVPoolAllocator,
@@ -279,11 +311,16 @@ _STAND_INS: dict[str, Any] = {
     "HybridReqToTokenPool": _HybridReqToTokenPool,
     "HybridLinearKVPool": _HybridLinearKVPool,
     "MHATokenToKVPool": _MHATokenToKVPool,
+    "MLATokenToKVPool": _MLATokenToKVPool,
     "MambaPool": _MambaPool,
     "KVWriteLoc": _KVWriteLoc,
+    "TorchMemorySaverAdapter": _TorchMemorySaverAdapter,
+    "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache",
 }
 
 _sglang = _load_sglang()
 #: Whether the base classes are SGLang's own (else the stand-ins above).
 FROM_SGLANG: bool = _sglang is not None
-names: dict[str, Any] = _sglang if _sglang is not None else _STAND_INS
+#: name -> class: SGLang's where SGLang is importable (a name the installed layout does not
+#: list keeps its stand-in), else the stand-ins.
+names: dict[str, Any] = {**_STAND_INS, **(_sglang or {})}

@@ -14,10 +14,9 @@ from typing import Any
 import torch
 
 from ukv.integrations.sglang import bases
-from ukv.integrations.sglang.allocator import MultiEndedAllocator, _empty_ids
+from ukv.integrations.sglang.allocator import AllocSurface, MultiEndedAllocator, _empty_ids
 from ukv.integrations.sglang.errors import (
     SGLangArgumentError,
-    SGLangMisalignedError,
     translated,
 )
 from ukv.integrations.sglang.pool import UnifiedKVPool
@@ -34,10 +33,69 @@ def _slot_ids(value: Any) -> torch.Tensor:
 
 
 class _PairMixin:
-    """What both composites share: forwards, flushes, host copies."""
+    """What both composites share: construction, forwards, flushes, host copies."""
 
     unified_buffer: UnifiedKVPool
     full_attn_allocator: MultiEndedAllocator
+    #: The sides' allocator class, and the SWA side's (SGLang 0.5.23's drop-in names
+    #: its own: ``v0523.allocator``).
+    _side_cls: Any = MultiEndedAllocator
+    _swa_side_cls: Any = MultiEndedAllocator
+
+    def _init_pair(
+        self,
+        *,
+        unified_buffer: UnifiedKVPool,
+        kvcache: Any,
+        device: str,
+        page_size: int,
+        need_sort: bool,
+        forward_stream: Any,
+        lazy_compaction: bool,
+        other: str,
+        other_kvcache: Any,
+        other_is_owner: bool,
+        other_page_size: int,
+    ) -> MultiEndedAllocator:
+        """Build the full side (an id owner over ``kvcache.full_kv_pool``) and the other
+        side (sub-pool ``other``), bind them as peers and set the state SGLang's base
+        allocator would; return the other side."""
+        self.unified_buffer = unified_buffer
+        self._kvcache = kvcache
+        self.page_size = page_size
+        self.device = device
+        self.need_sort = need_sort
+        self.dtype = unified_buffer.mha_spec("full").store_dtype
+        common = dict(
+            unified_buffer=unified_buffer,
+            device=device,
+            need_sort=need_sort,
+            forward_stream=forward_stream,
+            lazy_compaction=lazy_compaction,
+        )
+        full = self._side_cls(
+            kvcache=kvcache.full_kv_pool,
+            sub_pool_name="full",
+            is_id_owner=True,
+            page_size=page_size,
+            **common,
+        )
+        second = (self._side_cls if other_is_owner else self._swa_side_cls)(
+            kvcache=other_kvcache,
+            sub_pool_name=other,
+            is_id_owner=other_is_owner,
+            page_size=other_page_size,
+            **common,
+        )
+        full.bind_peer(second)
+        second.bind_peer(full)
+        self.full_attn_allocator = full
+        self.lazy_compaction = full.lazy_compaction
+        self.is_not_in_free_group = True
+        self.free_group: list[torch.Tensor] = []
+        self.free_pages = _empty_ids(device)
+        self.release_pages = _empty_ids(device)
+        return second
 
     def _sides(self) -> tuple[MultiEndedAllocator, MultiEndedAllocator]:
         raise NotImplementedError
@@ -107,41 +165,19 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
         forward_stream: Any = None,
         lazy_compaction: bool = False,
     ) -> None:
-        self.unified_buffer = unified_buffer
-        self._kvcache = kvcache
-        self.page_size = page_size
-        self.device = device
-        self.need_sort = need_sort
-        self.dtype = unified_buffer.mha_spec("full").store_dtype
-        self.full_attn_allocator = MultiEndedAllocator(
-            kvcache=kvcache.full_kv_pool,
+        self.mamba_allocator = self._init_pair(
             unified_buffer=unified_buffer,
-            sub_pool_name="full",
+            kvcache=kvcache,
             device=device,
-            is_id_owner=True,
             page_size=page_size,
             need_sort=need_sort,
             forward_stream=forward_stream,
             lazy_compaction=lazy_compaction,
+            other="mamba",
+            other_kvcache=kvcache.mamba_pool,
+            other_is_owner=True,
+            other_page_size=1,  # state is one slot per request
         )
-        self.mamba_allocator = MultiEndedAllocator(
-            kvcache=kvcache.mamba_pool,
-            unified_buffer=unified_buffer,
-            sub_pool_name="mamba",
-            device=device,
-            is_id_owner=True,
-            page_size=1,
-            need_sort=need_sort,
-            forward_stream=forward_stream,
-            lazy_compaction=lazy_compaction,
-        )
-        self.full_attn_allocator.bind_peer(self.mamba_allocator)
-        self.mamba_allocator.bind_peer(self.full_attn_allocator)
-        self.lazy_compaction = self.full_attn_allocator.lazy_compaction
-        self.is_not_in_free_group = True
-        self.free_group: list[torch.Tensor] = []
-        self.free_pages = _empty_ids(device)
-        self.release_pages = _empty_ids(device)
 
     def _sides(self) -> tuple[MultiEndedAllocator, MultiEndedAllocator]:
         return self.full_attn_allocator, self.mamba_allocator
@@ -258,7 +294,7 @@ class UnifiedMambaTokenToKVPoolAllocator(_PairMixin, _Base):
                 pool.load_cpu_copy("mamba", states, _slot_ids(mamba_indices))
 
 
-class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
+class UnifiedSWATokenToKVPoolAllocator(_PairMixin, AllocSurface, _SWABase):
     """Full and sliding-window attention over one virtual id space and one drop-in pool.
 
     Args:
@@ -286,47 +322,33 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
     ) -> None:
         self._size_full = full_max_total_num_tokens
         self._size_swa = swa_max_total_num_tokens
-        self.unified_buffer = unified_buffer
-        self._kvcache = kvcache
-        self.page_size = page_size
-        self.device = device
-        self.need_sort = need_sort
-        self.dtype = unified_buffer.mha_spec("full").store_dtype
-        self.full_attn_allocator = MultiEndedAllocator(
-            kvcache=kvcache.full_kv_pool,
+        # SGLang's names of the same static caps (its tests read them).
+        self._full_max_total_num_tokens = full_max_total_num_tokens
+        self._swa_max_total_num_tokens = swa_max_total_num_tokens
+        self.swa_attn_allocator = self._init_pair(
             unified_buffer=unified_buffer,
-            sub_pool_name="full",
+            kvcache=kvcache,
             device=device,
-            is_id_owner=True,
             page_size=page_size,
             need_sort=need_sort,
             forward_stream=forward_stream,
             lazy_compaction=lazy_compaction,
+            other="swa",
+            other_kvcache=kvcache.swa_kv_pool,
+            other_is_owner=False,  # binds full's virtual ids
+            other_page_size=page_size,
         )
-        self.swa_attn_allocator = MultiEndedAllocator(
-            kvcache=kvcache.swa_kv_pool,
-            unified_buffer=unified_buffer,
-            sub_pool_name="swa",
-            device=device,
-            is_id_owner=False,
-            page_size=page_size,
-            need_sort=need_sort,
-            forward_stream=forward_stream,
-            lazy_compaction=lazy_compaction,
-        )
-        self.full_attn_allocator.bind_peer(self.swa_attn_allocator)
-        self.swa_attn_allocator.bind_peer(self.full_attn_allocator)
-        self.lazy_compaction = self.full_attn_allocator.lazy_compaction
         kvcache.attach_allocators(
             full_allocator=self.full_attn_allocator, swa_allocator=self.swa_attn_allocator
         )
-        self.is_not_in_free_group = True
-        self.free_group: list[torch.Tensor] = []
-        self.free_pages = _empty_ids(device)
-        self.release_pages = _empty_ids(device)
 
     def _sides(self) -> tuple[MultiEndedAllocator, MultiEndedAllocator]:
         return self.full_attn_allocator, self.swa_attn_allocator
+
+    def _allocating(self, what: str) -> Any:
+        """Both sides allocate in one core plan (tail pages reused in extend and decode);
+        ``alloc`` gives None when the tokens do not fit jointly."""
+        return self._joint
 
     @property
     def _joint(self) -> Any:
@@ -359,12 +381,15 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
         return int(self._joint.available_size())
 
     def _conserve_full_available_size(self) -> int:
-        """The full side's static cap minus its live tokens (never below 0)."""
-        return max(0, self._size_full - self.full_attn_allocator.allocated_count())
+        """The full side's static cap minus its live tokens: negative once the side
+        borrowed the other's bytes beyond its cap. Kept exact, as SGLang keeps it: its
+        idle leak check adds this to the tokens the radix cache holds and expects the
+        cap, which a clamp at 0 would break."""
+        return self._size_full - self.full_attn_allocator.allocated_count()
 
     def _conserve_swa_available_size(self) -> int:
-        """The SWA side's static cap minus its live tokens (never below 0)."""
-        return max(0, self._size_swa - self.swa_attn_allocator.allocated_count())
+        """The SWA side's static cap minus its live tokens (exact, as the full side's)."""
+        return self._size_swa - self.swa_attn_allocator.allocated_count()
 
     def full_available_size(self) -> int:
         """SGLang's per-side view: ``min(static cap - live, schedulable)``.
@@ -417,42 +442,6 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, _SWABase):
             )
         with translated():
             return self._joint.translate_loc_from_full_to_swa(kv_indices, out=out)
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """Tokens bound on both sides in one plan; None when they do not fit jointly; an
-        empty tensor when ``need_size <= 0`` (as SGLang)."""
-        if isinstance(need_size, int) and need_size <= 0:
-            return _empty_ids(self.device)
-        if isinstance(need_size, int) and need_size % self.page_size:
-            raise SGLangMisalignedError(
-                f"alloc(need_size={need_size}) is misaligned: not a multiple of "
-                f"page_size={self.page_size}"
-            )
-        with translated():
-            return self._joint.alloc(need_size)
-
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-        num_new_pages: int | None = None,
-    ) -> torch.Tensor | None:
-        """Extend on both sides in one plan (tail pages reused); None when it does not fit."""
-        with translated():
-            return self._joint.alloc_extend(
-                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
-            )
-
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
-    ) -> torch.Tensor | None:
-        """One token per request on both sides; None when it does not fit."""
-        with translated():
-            return self._joint.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
 
     def free(self, free_index: torch.Tensor) -> None:
         """Release both sides of these tokens (SWA sides already released are skipped)."""

@@ -17,7 +17,7 @@ from ukv.integrations.sglang.composites import (
     UnifiedMambaTokenToKVPoolAllocator,
     UnifiedSWATokenToKVPoolAllocator,
 )
-from ukv.integrations.sglang.errors import SGLangConfigError, SGLangNotImplementedError
+from ukv.integrations.sglang.errors import SGLangConfigError
 from ukv.integrations.sglang.kvcache import UnifiedMHATokenToKVPool, UnifiedSWAKVPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
 from ukv.integrations.sglang.requests import UnifiedHybridReqToTokenPool, UnifiedMambaSlotAllocator
@@ -54,24 +54,27 @@ def _store_dtype_for(kv_cache_dtype: torch.dtype) -> torch.dtype:
     return torch.uint8 if kv_cache_dtype in FP8_DTYPES else kv_cache_dtype
 
 
-def _buffer_bytes(
-    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]], page_size: int
-) -> int:
-    """Bytes of a buffer that holds every side's static budget at once, as SGLang sizes
-    it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of each
-    side. SGLang's scheduler budgets per side against those static caps (admission,
-    eviction, the idle leak check); with the floor and the page rounding of each
-    side's end added, two per-side checks that pass imply a joint allocation that fits.
+def _pool_holding(
+    sides: list[tuple[MHASubPoolSpec | MambaSubPoolSpec, int]],
+    device: str,
+    page_size: int,
+    enable_memory_saver: bool,
+) -> UnifiedKVPool:
+    """A drop-in pool whose buffer holds every side's static budget at once, as SGLang
+    sizes it (``tokens * entry`` per side), **plus** ukv's reserved floor and one page of
+    each side. SGLang's scheduler budgets per side against those static caps (admission,
+    eviction, the idle leak check); with the floor and the page rounding of each side's
+    end added, two per-side checks that pass imply a joint allocation that fits.
     """
     specs = [s.to_ukv() for s, _ in sides]
     budget = sum(spec.entry_bytes() * int(n) for spec, n in sides)
     slack = sum(spec.page_bytes(page_size) for spec in specs)  # a state page is one slot
-    return budget + reserved_floor(specs, page_size) + slack
-
-
-def _refuse(flag: str, value: Any) -> None:
-    raise SGLangNotImplementedError(
-        f"{flag} = {value!r} is not implemented by the ukv drop-in yet (docs/SGLANG.md)"
+    return UnifiedKVPool(
+        total_bytes=budget + reserved_floor(specs, page_size) + slack,
+        sub_pool_specs=[s for s, _ in sides],
+        device=device,
+        enable_memory_saver=enable_memory_saver,
+        page_size=page_size,
     )
 
 
@@ -105,19 +108,17 @@ def init_unified_mamba_pools(
 ) -> UnifiedPoolBundle:
     """The Mamba-hybrid stack (SGLang's keywords).
 
+    With ``speculative_num_draft_tokens``, the state pool carries SGLang's per-draft
+    verify scratch (``SpeculativeState``), ``max_num_reqs + 1`` rows.
+
     Raises:
         SGLangConfigError: ``use_mla_backend`` or a bad page size / sizes.
-        SGLangNotImplementedError: ``enable_memory_saver`` or
-            ``speculative_num_draft_tokens`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` without SGLang's adapter.
     """
     if use_mla_backend:
         raise SGLangConfigError(
             "use_mla_backend = True: the unified pool has no MLA-hybrid-Mamba yet"
         )
-    if enable_memory_saver:
-        _refuse("enable_memory_saver", enable_memory_saver)
-    if speculative_num_draft_tokens is not None:
-        _refuse("speculative_num_draft_tokens", speculative_num_draft_tokens)
     del mamba_full_memory_ratio, end_layer  # the ratio sizes SGLang's budget only
     full_spec = MHASubPoolSpec(
         name="full",
@@ -138,15 +139,11 @@ def init_unified_mamba_pools(
         temporal_dtype=cp.dtype.temporal,
         grow_direction="up",
     )
-    total = _buffer_bytes(
-        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)], page_size
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full_spec, mamba_spec],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
+    pool = _pool_holding(
+        [(full_spec, max_total_num_tokens), (mamba_spec, max_mamba_cache_size)],
+        device,
+        page_size,
+        enable_memory_saver,
     )
     req_pool = UnifiedHybridReqToTokenPool(
         unified_buffer=pool,
@@ -155,11 +152,11 @@ def init_unified_mamba_pools(
         mamba_spec_state_size=max_num_reqs,
         max_context_len=model_context_len + extra_max_context_len,
         device=device,
-        enable_memory_saver=False,
+        enable_memory_saver=enable_memory_saver,
         cache_params=mamba2_cache_params,
         mamba_layer_ids=mamba_layer_ids,
         enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-        speculative_num_draft_tokens=None,
+        speculative_num_draft_tokens=speculative_num_draft_tokens,
         enable_overlap_schedule=not disable_overlap_schedule,
         start_layer=start_layer,
     )
@@ -175,7 +172,7 @@ def init_unified_mamba_pools(
         full_attention_layer_ids=[0] if is_draft_worker else list(full_attention_layer_ids),
         device=device,
         mamba_pool=req_pool.mamba_pool,
-        enable_memory_saver=False,
+        enable_memory_saver=enable_memory_saver,
         use_mla=False,
         start_layer=start_layer,
         full_kv_pool=full_kv,
@@ -223,15 +220,13 @@ def init_unified_swa_pools(
 
     Raises:
         SGLangConfigError: no full or no SWA layers, or bad sizes.
-        SGLangNotImplementedError: ``enable_memory_saver`` set.
+        SGLangNotImplementedError: ``enable_memory_saver`` without SGLang's adapter.
     """
     if not full_attention_layer_ids or not swa_attention_layer_ids:
         raise SGLangConfigError(
             f"SWA hybrid needs both kinds of layers; got {len(full_attention_layer_ids)} full "
             f"and {len(swa_attention_layer_ids)} SWA"
         )
-    if enable_memory_saver:
-        _refuse("enable_memory_saver", enable_memory_saver)
     store = _store_dtype_for(kv_cache_dtype)
     full_spec = MHASubPoolSpec(
         name="full",
@@ -253,16 +248,11 @@ def init_unified_swa_pools(
         kv_dtype=kv_cache_dtype,
         grow_direction="up",
     )
-    total = _buffer_bytes(
+    pool = _pool_holding(
         [(full_spec, full_max_total_num_tokens), (swa_spec, swa_max_total_num_tokens)],
+        device,
         page_size,
-    )
-    pool = UnifiedKVPool(
-        total_bytes=total,
-        sub_pool_specs=[full_spec, swa_spec],
-        device=device,
-        enable_memory_saver=False,
-        page_size=page_size,
+        enable_memory_saver,
     )
     token_pool = UnifiedSWAKVPool(
         unified_buffer=pool,

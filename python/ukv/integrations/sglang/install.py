@@ -1,7 +1,9 @@
 """Serve SGLang's unified-memory-pool modules from ukv (a ``sys.meta_path`` finder).
 
-After :func:`install`, ``import sglang.srt.mem_cache.unified_memory_pool`` and
-``import sglang.srt.mem_cache.multi_ended_allocator`` give modules whose names are the
+After :func:`install`, importing the modules of the installed SGLang's layout
+(``layouts``: 0.5.16's ``sglang.srt.mem_cache.unified_memory_pool`` and
+``...multi_ended_allocator``; 0.5.23's ``...unified_memory_pool`` and
+``...allocator.unified_{sub_pool,mamba,hybrid_swa}``) gives modules whose names are the
 drop-in's classes and factories, so SGLang's own ``isinstance`` checks and imports see
 ukv's objects. :func:`uninstall` removes the finder and forgets modules it served.
 """
@@ -16,77 +18,48 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["ENV_FLAG", "MODULES", "PASSTHROUGH", "SITE_DIR", "install", "installed", "uninstall"]
+from ukv.integrations.sglang import layouts
+from ukv.integrations.sglang.layouts import Layout, served_module_names
+
+__all__ = ["ENV_FLAG", "SITE_DIR", "install", "installed", "uninstall"]
 
 _PKG = "ukv.integrations.sglang"
 
-#: SGLang module -> {name: (ukv module, attribute)} (SGLang 0.5.16's layout: the
-#: version seam; 0.5.23 moved these under ``mem_cache.allocator.unified_*``).
-MODULES: dict[str, dict[str, tuple[str, str]]] = {
-    "sglang.srt.mem_cache.unified_memory_pool": {
-        "GB": (f"{_PKG}.pool", "GB"),
-        "SubPoolSpec": (f"{_PKG}.specs", "SubPoolSpec"),
-        "MHASubPoolSpec": (f"{_PKG}.specs", "MHASubPoolSpec"),
-        "MambaSubPoolSpec": (f"{_PKG}.specs", "MambaSubPoolSpec"),
-        "UnifiedKVPool": (f"{_PKG}.pool", "UnifiedKVPool"),
-        "UnifiedMHATokenToKVPool": (f"{_PKG}.kvcache", "UnifiedMHATokenToKVPool"),
-        "UnifiedMambaPool": (f"{_PKG}.kvcache", "UnifiedMambaPool"),
-        "UnifiedSWAKVPool": (f"{_PKG}.kvcache", "UnifiedSWAKVPool"),
-        "UnifiedMambaSlotAllocator": (f"{_PKG}.requests", "UnifiedMambaSlotAllocator"),
-        "UnifiedHybridReqToTokenPool": (f"{_PKG}.requests", "UnifiedHybridReqToTokenPool"),
-        "UnifiedPoolBundle": (f"{_PKG}.factories", "UnifiedPoolBundle"),
-        "UnifiedSWAPoolBundle": (f"{_PKG}.factories", "UnifiedSWAPoolBundle"),
-        "init_unified_mamba_pools": (f"{_PKG}.factories", "init_unified_mamba_pools"),
-        "init_unified_swa_pools": (f"{_PKG}.factories", "init_unified_swa_pools"),
-    },
-    "sglang.srt.mem_cache.multi_ended_allocator": {
-        "MultiEndedAllocator": (f"{_PKG}.allocator", "MultiEndedAllocator"),
-        "UnifiedMambaTokenToKVPoolAllocator": (
-            f"{_PKG}.composites",
-            "UnifiedMambaTokenToKVPoolAllocator",
-        ),
-        "UnifiedSWATokenToKVPoolAllocator": (
-            f"{_PKG}.composites",
-            "UnifiedSWATokenToKVPoolAllocator",
-        ),
-        "UnifiedKVPool": (f"{_PKG}.pool", "UnifiedKVPool"),
-    },
-}
-
-
-#: Names SGLang's module re-exports from SGLang itself and its tests may replace at
-#: runtime (``monkeypatch.setattr`` needs them present). Served when SGLang has them; the
-#: drop-in never calls them (ukv allocates in its core), so replacing them changes nothing.
-PASSTHROUGH: dict[str, dict[str, tuple[str, str]]] = {
-    "sglang.srt.mem_cache.multi_ended_allocator": {
-        "alloc_extend_kernel": ("sglang.srt.mem_cache.allocator.paged", "alloc_extend_kernel"),
-        "alloc_decode_kernel": ("sglang.srt.mem_cache.allocator.paged", "alloc_decode_kernel"),
-    },
-}
-
 
 class _Loader(importlib.abc.Loader):
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return None  # the default module object
 
     def exec_module(self, module: types.ModuleType) -> None:
-        module.__doc__ = f"SGLang's {module.__name__}, served by the ukv drop-in ({_PKG})."
-        for name, (source, attr) in MODULES[module.__name__].items():
+        layout = self.layout
+        module.__doc__ = (
+            f"SGLang {layout.version}'s {module.__name__}, served by the ukv drop-in ({_PKG})."
+        )
+        for name, (source, attr) in layout.modules[module.__name__].items():
             setattr(module, name, getattr(importlib.import_module(source), attr))
-        for name, (source, attr) in PASSTHROUGH.get(module.__name__, {}).items():
+        for name, (source, attr) in layout.passthrough.get(module.__name__, {}).items():
             try:
                 setattr(module, name, getattr(importlib.import_module(source), attr))
             except (ImportError, AttributeError):
                 pass  # SGLang without them: nothing to replace
-        module.__all__ = list(MODULES[module.__name__])  # type: ignore[attr-defined]
+        module.__all__ = list(layout.modules[module.__name__])  # type: ignore[attr-defined]
         module.__ukv_dropin__ = True  # type: ignore[attr-defined]
+        module.__ukv_sglang_layout__ = layout.version  # type: ignore[attr-defined]
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in MODULES:
+        if fullname not in served_module_names():
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(), origin=f"ukv:{_PKG}")
+        # Asked when SGLang imports the module, so SGLang's package is on the path by
+        # now: the layout is that of the SGLang being imported.
+        layout = layouts.current()
+        if fullname not in layout.modules:
+            return None  # another release's module: SGLang's own (or none)
+        return importlib.machinery.ModuleSpec(fullname, _Loader(layout), origin=f"ukv:{_PKG}")
 
 
 _finder: _Finder | None = None
@@ -105,7 +78,7 @@ def _served_elsewhere() -> list[str]:
     make consistent."""
     return [
         name
-        for name in MODULES
+        for name in sorted(served_module_names())
         if name in sys.modules and not getattr(sys.modules[name], "__ukv_dropin__", False)
     ]
 
@@ -189,7 +162,7 @@ def uninstall() -> None:
     if _finder is not None and _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _finder = None
-    for name in MODULES:
+    for name in served_module_names():
         if getattr(sys.modules.get(name), "__ukv_dropin__", False):
             _forget(name)
     _propagate(False)

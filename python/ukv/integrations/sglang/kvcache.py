@@ -10,6 +10,7 @@ scaling and checks).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -238,17 +239,46 @@ class UnifiedMHATokenToKVPool(_MHABase):
             v[p, o] = vc.to(v.device)
 
 
+def _draft_scratch(
+    spec: Any, rows: int, draft_tokens: int, device: Any
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Speculative verification's per-draft scratch, ``rows + 1`` rows by batch position
+    (SGLang's verify kernels index it with ``arange(batch)``): the temporal state and each
+    conv state once per draft token.
+
+    Raises:
+        SGLangConfigError: ``draft_tokens`` or ``rows`` not positive.
+    """
+    from ukv.integrations.sglang.errors import SGLangConfigError
+
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+        raise SGLangConfigError(f"speculative_num_draft_tokens = {draft_tokens!r}: must be >= 1")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise SGLangConfigError(f"spec_state_size = {rows!r}: must be >= 1")
+    lead = (spec.layer_num, rows + 1, draft_tokens)
+    ssm = torch.zeros((*lead, *spec.temporal_state_shape), dtype=spec.temporal_dtype, device=device)
+    windows = [
+        torch.zeros((*lead, *shape), dtype=spec.conv_dtype, device=device)
+        for shape in spec.conv_state_shapes
+    ]
+    return ssm, windows
+
+
 class UnifiedMambaPool(_MambaBase):
     """State views of one state sub-pool, addressed by **physical** slot ids.
 
     Args:
         unified_buffer: The drop-in pool.
         sub_pool_name: A state sub-pool.
-        spec_state_size: Outer size of speculative intermediates (unused: raises if
-            ``speculative_num_draft_tokens`` is given).
+        spec_state_size: Rows of the speculative scratch, less one (SGLang passes its
+            request-table size: the verify kernels index the scratch by batch row).
         mamba_layer_ids: Model layer ids of the state layers, in order.
-        enable_memory_saver: Must be False.
-        speculative_num_draft_tokens: Must be None (not implemented yet).
+        enable_memory_saver: Accepted: the pool's memory saver (the unified buffer's
+            region) covers the speculative scratch too.
+        speculative_num_draft_tokens: Draft tokens per verify step; with it, the state
+            is SGLang's ``SpeculativeState``: the per-draft scratch
+            (``intermediate_ssm``, ``intermediate_conv_window``) is a buffer of its own
+            beside the unified one, rows by batch position, as SGLang's pools keep it.
     """
 
     def __init__(
@@ -261,22 +291,13 @@ class UnifiedMambaPool(_MambaBase):
         enable_memory_saver: bool = False,
         speculative_num_draft_tokens: int | None = None,
     ) -> None:
-        from ukv.integrations.sglang.errors import SGLangConfigError, SGLangNotImplementedError
+        from ukv.integrations.sglang.errors import SGLangConfigError
 
         spec = unified_buffer.mamba_spec(sub_pool_name)
         if spec.layer_num != len(mamba_layer_ids):
             raise SGLangConfigError(
                 f"mamba_layer_ids has {len(mamba_layer_ids)} layers, spec "
                 f"{sub_pool_name!r} has {spec.layer_num}"
-            )
-        if speculative_num_draft_tokens is not None:
-            raise SGLangNotImplementedError(
-                f"speculative_num_draft_tokens = {speculative_num_draft_tokens!r}: per-draft "
-                "state slots are not implemented by the ukv drop-in yet (docs/SGLANG.md)"
-            )
-        if enable_memory_saver:
-            raise SGLangNotImplementedError(
-                "enable_memory_saver=True is not implemented by the ukv drop-in yet"
             )
         self._unified_buffer = unified_buffer
         self._sub_pool_name = sub_pool_name
@@ -291,13 +312,28 @@ class UnifiedMambaPool(_MambaBase):
         self.replayssm_write_pos = None
         self.replayssm_cache_base = None
         self.mem_usage = unified_buffer.total_bytes / (1 << 30)
+        self._scratch = None
+        if speculative_num_draft_tokens is not None:
+            region = unified_buffer.allocation_context()  # the memory saver's, if on
+            with region() if region is not None else contextlib.nullcontext():
+                self._scratch = _draft_scratch(
+                    spec, spec_state_size, speculative_num_draft_tokens, self.device
+                )
 
     @property
     def mamba_cache(self) -> Any:
         """``State(conv=[...], temporal=...)`` over the buffer: ``conv[i]`` of shape
         ``[layers, slots, *conv_i]``, ``temporal`` ``[layers, slots, *temporal]``."""
         conv, temporal = self._unified_buffer.mamba_views_for(self._sub_pool_name)
-        return self.State(conv=list(conv), temporal=temporal)
+        if self._scratch is None:
+            return self.State(conv=list(conv), temporal=temporal)
+        ssm, windows = self._scratch
+        return self.SpeculativeState(
+            conv=list(conv),
+            temporal=temporal,
+            intermediate_ssm=ssm,
+            intermediate_conv_window=windows,
+        )
 
     def mamba2_layer_cache(self, index: int) -> Any:
         """The state views of this pool's layer ``index`` (pool-local: SGLang's request
@@ -355,8 +391,11 @@ class UnifiedSWAKVPool(_SWABase):
         full_attention_layer_ids: Model layer ids of the full-attention layers.
         page_size, start_layer, end_layer: As :class:`UnifiedMHATokenToKVPool` (the
             page size is the pool's, fixed by its allocators).
-        enable_memory_saver: Must be False.
+        enable_memory_saver: Accepted (the unified buffer's own setting governs).
     """
+
+    #: The class of the two sides' K/V pools (SGLang 0.5.23's drop-in names its own).
+    _kv_pool_cls: Any = UnifiedMHATokenToKVPool
 
     def __init__(
         self,
@@ -388,14 +427,14 @@ class UnifiedSWAKVPool(_SWABase):
         self.head_num = full.head_num
         self.head_dim = full.head_dim
         self.device = unified_buffer.device
-        self.full_kv_pool = UnifiedMHATokenToKVPool(
+        self.full_kv_pool = self._kv_pool_cls(
             unified_buffer=unified_buffer,
             sub_pool_name="full",
             page_size=page_size,
             start_layer=start_layer,
             end_layer=end_layer,
         )
-        self.swa_kv_pool = UnifiedMHATokenToKVPool(
+        self.swa_kv_pool = self._kv_pool_cls(
             unified_buffer=unified_buffer,
             sub_pool_name="swa",
             page_size=page_size,
@@ -448,10 +487,12 @@ class UnifiedSWAKVPool(_SWABase):
             raise SGLangArgumentError(
                 "UnifiedSWAKVPool.translate_loc_from_full_to_swa called before attach_allocators"
             )
-        return self._virtual_to_physical(kv_indices, self._swa_allocator).to(torch.int32)
+        return self._virt_tokens_to_phys_tokens(kv_indices, self._swa_allocator).to(torch.int32)
 
     @staticmethod
-    def _virtual_to_physical(tokens: torch.Tensor, allocator: Any) -> torch.Tensor:
+    def _virt_tokens_to_phys_tokens(tokens: torch.Tensor, allocator: Any) -> torch.Tensor:
+        """Virtual token ids -> physical token ids of ``allocator``'s side (SGLang's name);
+        a page the side does not bind gives a negative id."""
         ps = allocator.page_size
         v2p = allocator.virtual_to_physical
         t = tokens.to(torch.int64).to(v2p.device)

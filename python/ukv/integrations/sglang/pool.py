@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from ukv.hybrid.swa import SWAHybridAllocator
+from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.errors import (
     SGLangArgumentError,
     SGLangConfigError,
-    SGLangNotImplementedError,
     translated,
 )
 from ukv.integrations.sglang.specs import MambaSubPoolSpec, MHASubPoolSpec
@@ -99,14 +99,21 @@ class UnifiedKVPool:
         total_bytes: Size of the buffer.
         sub_pool_specs: Exactly two specs, one ``grow_direction="up"`` and one ``"down"``.
         device: ``"cuda"``, ``"cpu"`` or ``"meta"``.
-        enable_memory_saver: Must be False (not implemented yet; raises otherwise).
+        enable_memory_saver: Allocate the byte buffer inside SGLang's memory-saver
+            region for KV cache (``TorchMemorySaverAdapter``, tag
+            ``GPU_MEMORY_TYPE_KV_CACHE``), as SGLang's own pools do: SGLang's
+            ``release_memory_occupation`` / ``resume_memory_occupation`` then pause and
+            resume it and its virtual address stays, so CUDA graphs captured before stay
+            valid. Needs SGLang's adapter and ``torch_memory_saver``, as SGLang does.
         page_size: Page size of the KV sub-pools unless an allocator fixes another one
             before the geometry is first read.
 
     Raises:
         SGLangConfigError: what SGLang asserts (page size, two specs, unique names, one
             of each direction) and a buffer too small for its floor plus a page each.
-        SGLangNotImplementedError: ``enable_memory_saver=True``.
+        SGLangNotImplementedError: ``enable_memory_saver=True`` without SGLang's adapter.
+        ImportError: ``enable_memory_saver=True`` without ``torch_memory_saver`` (raised by
+            SGLang's adapter, as for SGLang's own pools).
     """
 
     def __init__(
@@ -120,7 +127,37 @@ class UnifiedKVPool:
     ) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise SGLangConfigError(f"page_size must be >= 1; got {page_size!r}")
-        specs = list(sub_pool_specs)
+        specs = self._checked_specs(list(sub_pool_specs))
+        if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
+            raise SGLangConfigError(f"total_bytes must be a positive int; got {total_bytes!r}")
+        self.total_bytes = total_bytes
+        self.sub_pool_specs = specs
+        self.device = device
+        self.enable_memory_saver = bool(enable_memory_saver)
+        # SGLang's adapter (None without the memory saver): the buffer's allocation region.
+        self.memory_saver_adapter = (
+            bases.names["TorchMemorySaverAdapter"].create(enable=True)
+            if self.enable_memory_saver
+            else None
+        )
+        self._requested_page_size = page_size
+        self._specs_by_name = {s.name: s for s in specs}
+        self._claims: dict[str, _Claim] = {}
+        self._kv_page_size: int | None = None  # fixed by a claim or by building ukv's pool
+        # min_slot_index per sub-pool, per page size, read before ukv's pool exists.
+        self._probes: dict[int, dict[str, int]] = {}
+        self._max_moves = max_moves_per_call()
+        self._pool: UkvPool | None = None
+        self._swa: SWAHybridAllocator | None = None
+        # Allocators whose kvcache hears about relocations: sub-pool name -> allocators.
+        self._move_targets: dict[str, list[Any]] = {}
+        self.lockstep = lockstep_required()
+        self._check_fits(page_size)
+
+    @staticmethod
+    def _checked_specs(specs: list[Any]) -> list[Any]:
+        """The specs, checked as SGLang 0.5.16 asserts: two, one of each direction.
+        (SGLang 0.5.23's pool, ``v0523.pool``, overrides this.)"""
         if len(specs) != 2:
             raise SGLangConfigError(
                 f"UnifiedKVPool currently supports exactly 2 sub-pools; got {len(specs)} "
@@ -137,30 +174,7 @@ class UnifiedKVPool:
             raise SGLangConfigError(
                 f"UnifiedKVPool needs one grow-up and one grow-down sub-pool; got {directions}"
             )
-        if enable_memory_saver:
-            raise SGLangNotImplementedError(
-                "enable_memory_saver=True is not implemented by the ukv drop-in yet "
-                "(docs/SGLANG.md): build the pool with enable_memory_saver=False"
-            )
-        if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
-            raise SGLangConfigError(f"total_bytes must be a positive int; got {total_bytes!r}")
-        self.total_bytes = total_bytes
-        self.sub_pool_specs = specs
-        self.device = device
-        self.enable_memory_saver = False
-        self._requested_page_size = page_size
-        self._specs_by_name = {s.name: s for s in specs}
-        self._claims: dict[str, _Claim] = {}
-        self._kv_page_size: int | None = None  # fixed by a claim or by building ukv's pool
-        # min_slot_index per sub-pool, per page size, read before ukv's pool exists.
-        self._probes: dict[int, dict[str, int]] = {}
-        self._max_moves = max_moves_per_call()
-        self._pool: UkvPool | None = None
-        self._swa: SWAHybridAllocator | None = None
-        # Allocators whose kvcache hears about relocations: sub-pool name -> allocators.
-        self._move_targets: dict[str, list[Any]] = {}
-        self.lockstep = lockstep_required()
-        self._check_fits(page_size)
+        return specs
 
     # ----- the page size, claims and the build -----------------------------------------------
 
@@ -194,8 +208,8 @@ class UnifiedKVPool:
             )
 
     def claim(self, name: str, *, page_size: int, is_id_owner: bool, lazy: bool) -> None:
-        """Record what an allocator of sub-pool ``name`` needs; the second sub-pool's
-        claim builds ukv's pool.
+        """Record what an allocator of sub-pool ``name`` needs; the last sub-pool's claim
+        builds ukv's pool.
 
         Raises:
             SGLangConfigError: an unknown name, a state sub-pool with ``page_size != 1``,
@@ -228,7 +242,7 @@ class UnifiedKVPool:
         if self._pool is not None:
             self._check_built_matches(name, claim)
         self._claims[name] = claim
-        if self._pool is None and len(self._claims) == 2:
+        if self._pool is None and len(self._claims) == len(self._specs_by_name):
             self._build()
 
     def _other(self, name: str) -> str:
@@ -259,6 +273,7 @@ class UnifiedKVPool:
                 lazy=lazy,
                 max_moves_per_flush=self._max_moves,
                 bind=bind or None,
+                allocation_context=self.allocation_context(),
             )
         if bind:
             ((swa, full),) = bind.items()
@@ -266,6 +281,15 @@ class UnifiedKVPool:
         pool.add_move_listener(self._on_moves)
         self._pool = pool
         return pool
+
+    def allocation_context(self) -> Any:
+        """What allocates memory SGLang's memory saver pauses and resumes (None without
+        it): a context factory over SGLang's KV-cache region."""
+        adapter = self.memory_saver_adapter
+        if adapter is None:
+            return None
+        tag = bases.names["GPU_MEMORY_TYPE_KV_CACHE"]
+        return lambda: adapter.region(tag)
 
     def report_moves_to(self, name: str, allocator: Any) -> None:
         """Hand every relocation of sub-pool ``name`` to ``allocator._report_moves``."""

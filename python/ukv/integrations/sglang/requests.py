@@ -14,7 +14,7 @@ import torch
 
 from ukv.integrations.sglang import bases
 from ukv.integrations.sglang.allocator import MultiEndedAllocator
-from ukv.integrations.sglang.errors import SGLangConfigError
+from ukv.integrations.sglang.errors import SGLangConfigError, translated
 from ukv.integrations.sglang.kvcache import UnifiedMambaPool
 from ukv.integrations.sglang.pool import UnifiedKVPool
 
@@ -38,13 +38,15 @@ class UnifiedMambaSlotAllocator:
         self._device = device
         self._alloc_iter: Any = None
 
-    def translate(self, virtual_ids: torch.Tensor) -> torch.Tensor:
-        """Virtual slot ids -> physical slots, int64; −1 (padding) stays −1, and so does
-        an id that names no live slot."""
-        v2p = self._multi_ended_allocator.virtual_to_physical
-        idx = virtual_ids.to(torch.int64).to(v2p.device).clamp(-1, v2p.numel() - 1)
-        # Row -1 of v2p is its -1 sentinel; slot 0 (the padding anchor) is no request's.
-        return v2p[idx.masked_fill(idx == 0, -1)].to(virtual_ids.device)
+    def translate(
+        self, virtual_ids: torch.Tensor, out_dtype: torch.dtype = torch.int64
+    ) -> torch.Tensor:
+        """Virtual slot ids -> physical slots (one launch on CUDA); −1 (padding) stays
+        −1, and so does an id that names no live slot (slot 0, the padding anchor,
+        included)."""
+        sub = self._multi_ended_allocator._sub
+        with translated():
+            return sub.translate_slots(virtual_ids.to(sub.v2p.device), out_dtype=out_dtype)
 
     @property
     def virtual_to_physical(self) -> torch.Tensor:
@@ -125,45 +127,26 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     ordinary state slots of the drop-in's slot allocator (virtual ids, translated like
     the request's own slot) and compact like them.
 
-    Raises:
-        SGLangNotImplementedError: ``speculative_num_draft_tokens`` (per-draft
-            intermediate state slots are not done yet).
+    ``speculative_num_draft_tokens``: the state pool also carries SGLang's per-draft
+    verify scratch (rows by batch position, beside the unified buffer).
     """
 
+    #: The class of the state pool (SGLang 0.5.23's drop-in names its own).
+    _mamba_pool_cls: Any = UnifiedMambaPool
+
     def __init__(
-        self,
-        *,
-        unified_buffer: UnifiedKVPool,
-        mamba_sub_pool_name: str,
-        size: int,
-        mamba_spec_state_size: int,
-        max_context_len: int,
-        device: str,
-        enable_memory_saver: bool,
-        cache_params: Any,
-        mamba_layer_ids: list[int],
-        enable_mamba_extra_buffer: bool,
-        speculative_num_draft_tokens: int | None = None,
-        enable_overlap_schedule: bool = True,
-        start_layer: int | None = None,
+        self, *, unified_buffer: UnifiedKVPool, mamba_sub_pool_name: str, **table: Any
     ) -> None:
+        """Args: the drop-in pool, its state sub-pool's name, and SGLang's
+        ``HybridReqToTokenPool`` keywords (``size``, ``mamba_spec_state_size``,
+        ``max_context_len``, ``device``, ``enable_memory_saver``, ``cache_params``,
+        ``mamba_layer_ids``, ``enable_mamba_extra_buffer``,
+        ``speculative_num_draft_tokens``, ``enable_overlap_schedule``, ``start_layer``);
+        ``mamba_size`` is the state sub-pool's slot count."""
         self._unified_buffer = unified_buffer
         self._mamba_sub_pool_name = mamba_sub_pool_name
         self._shared_mamba_size = unified_buffer.max_slots(mamba_sub_pool_name) - 1
-        super().__init__(
-            size=size,
-            mamba_size=self._shared_mamba_size,
-            mamba_spec_state_size=mamba_spec_state_size,
-            max_context_len=max_context_len,
-            device=device,
-            enable_memory_saver=enable_memory_saver,
-            cache_params=cache_params,
-            mamba_layer_ids=mamba_layer_ids,
-            enable_mamba_extra_buffer=enable_mamba_extra_buffer,
-            speculative_num_draft_tokens=speculative_num_draft_tokens,
-            enable_overlap_schedule=enable_overlap_schedule,
-            start_layer=start_layer,
-        )
+        super().__init__(mamba_size=self._shared_mamba_size, **table)
 
     def _init_mamba_pool(
         self,
@@ -181,7 +164,7 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
                 f"mamba_size = {mamba_size} != unified_buffer.max_slots("
                 f"{self._mamba_sub_pool_name!r}) - 1 = {self._shared_mamba_size}"
             )
-        self.mamba_pool = UnifiedMambaPool(
+        self.mamba_pool = self._mamba_pool_cls(
             unified_buffer=self._unified_buffer,
             sub_pool_name=self._mamba_sub_pool_name,
             spec_state_size=mamba_spec_state_size,
@@ -204,4 +187,4 @@ class UnifiedHybridReqToTokenPool(_ReqBase):
     def translate_mamba_indices(self, virtual_ids: torch.Tensor) -> torch.Tensor:
         """Virtual state slots -> physical slots, int32; −1 (padding) stays −1."""
         assert self.mamba_allocator is not None, "wired by init_unified_mamba_pools"
-        return self.mamba_allocator.translate(virtual_ids).to(torch.int32)
+        return self.mamba_allocator.translate(virtual_ids, out_dtype=torch.int32)

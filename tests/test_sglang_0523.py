@@ -1,0 +1,529 @@
+"""The drop-in against SGLang 0.5.23: its layout, its call sites, and its own pool builders.
+
+SGLang 0.5.23 ships builders for its unified pool (``sglang.test.unified_allocator_
+fixtures``: ``build_swa_pool``, ``build_tri_pool``, ``build_swa_cache``...); with SGLang's
+own ``init_unified_mamba_pools`` for the Mamba pair they build every kind. The same
+scenarios run twice, each in a child process: once on SGLang's own classes and once with
+the drop-in installed before SGLang imports its pool. Every observation (ids handed out,
+sizes, translations, the bytes read back through the views after frees and compaction)
+must agree, or be one of :data:`KNOWN` (each listed with its reason in docs/SGLANG.md,
+"SGLang 0.5.23").
+
+Needs SGLang 0.5.23 installed ``--no-deps`` outside site-packages and named by
+``UKV_SGLANG_PATH`` (docs/SGLANG.md, "Testing against SGLang"); skipped otherwise, and
+skipped when ``UKV_SGLANG_PATH`` holds another release (``test_sglang_dropin_real.py``
+covers 0.5.16). The radix-cache scenarios use SGLang's Python tree core
+(``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python``): the wheel's compiled one is built
+for another torch and refuses int64 tensors on both sides alike.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import ukv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from sglang_stubs import sglang_found, sglang_release  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(
+        not sglang_found(),
+        reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
+    ),
+    pytest.mark.skipif(
+        sglang_release() not in (None, "0.5.23"),
+        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}, not 0.5.23",
+    ),
+]
+
+
+def _child_env(side: str) -> dict[str, str]:
+    env = dict(os.environ)
+    ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([HERE, ukv_root])
+    env["UKV_TEST_SIDE"] = side
+    env["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = "python"
+    env.setdefault("TRITON_INTERPRET", "1")
+    return env
+
+
+def _run(code: str, side: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=_child_env(side),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+# ----- the scenarios (one child per side) -----------------------------------------------------
+
+SCENARIOS = textwrap.dedent(
+    """
+    import json, os, types
+    import sglang_stubs
+    sglang_stubs.pytest_configure(None)
+    if os.environ["UKV_TEST_SIDE"] == "dropin":
+        import ukv.integrations.sglang as dropin
+        dropin.install()
+    import torch
+    from sglang.test import unified_allocator_fixtures as fx
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    fx.setup_allocator_context()
+    OUT = {}
+
+    def rec(scn, key, value):
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()
+        OUT.setdefault(scn, {})[key] = value
+
+    def rows(ids, layer):
+        # one recognisable row per (token, layer): id * 8 + layer, then 1/16 steps
+        ids = ids.to(torch.int64).reshape(-1, 1, 1).to(torch.float32)
+        return (ids * 8 + layer + torch.arange(8).reshape(1, 1, 8) / 16).to(torch.float16)
+
+    def sizes(scn, tag, a):
+        rec(scn, tag + ".available", a.available_size())
+        rec(scn, tag + ".full_available", a.full_available_size())
+        rec(scn, tag + ".swa_available", a.swa_available_size())
+        rec(scn, tag + ".full_live", a.full_attn_allocator.allocated_count())
+        rec(scn, tag + ".swa_live", a.swa_attn_allocator.allocated_count())
+
+    def write(a, kv, ids, layers):
+        full = a.translate_kv_loc(ids)
+        swa = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+        loc = KVWriteLoc(full, swa_loc=swa, full_loc=full, physical=True)
+        for layer in layers:
+            k = rows(ids, layer)
+            kv.set_kv_buffer(types.SimpleNamespace(layer_id=layer), loc, k, -k)
+
+    def check(scn, tag, a, kv, live, swa_live, layers, nfull):
+        # every live token's rows, read back through the views
+        bad = 0
+        for layer in layers:
+            ids = swa_live if layer >= nfull else live
+            if ids.numel() == 0:
+                continue
+            if layer >= nfull:
+                phys = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+            else:
+                phys = a.translate_kv_loc(ids)
+            want = rows(ids, layer)
+            bad += int((kv.get_key_buffer(layer)[phys] != want).any(dim=(1, 2)).sum())
+            bad += int((kv.get_value_buffer(layer)[phys] != -want).any(dim=(1, 2)).sum())
+        rec(scn, tag + ".rows_wrong", bad)
+
+    def traffic(scn, a, kv, ps, layers, nfull):
+        # alloc, window frees, frees in the middle (holes / compaction), extend, decode
+        ids = a.alloc(24 * ps)
+        rec(scn, "alloc.ids", ids)
+        rec(scn, "alloc.full_phys", a.translate_kv_loc(ids))
+        rec(scn, "alloc.swa_phys", a.translate_loc_from_full_to_swa(ids))
+        write(a, kv, ids, layers)
+        sizes(scn, "alloc", a)
+        a.free_swa(ids[: 6 * ps])
+        rec(scn, "free_swa.swa_phys", a.translate_loc_from_full_to_swa(ids))
+        sizes(scn, "free_swa", a)
+        keep = torch.cat([ids[: 8 * ps], ids[16 * ps :]])
+        a.free(ids[8 * ps : 16 * ps])
+        a.flush_opportunistic()
+        sizes(scn, "free", a)
+        rec(scn, "free.full_phys", a.translate_kv_loc(keep))
+        rec(scn, "free.swa_phys", a.translate_loc_from_full_to_swa(keep))
+        check(scn, "free", a, kv, keep, keep[6 * ps :], layers, nfull)
+        more = a.alloc(4 * ps)
+        rec(scn, "alloc2.ids", more)
+        write(a, kv, more, layers)
+        # two requests continue their last pages (ps > 1) and open new ones
+        prefix = torch.tensor([ps + 1, 2 * ps - 1]) if ps > 1 else torch.tensor([3, 4])
+        seq = prefix + torch.tensor([2 * ps, ps + 2])
+        last = more[[int(prefix[0]) - 1, 2 * ps + int(prefix[1]) - 1]] if ps > 1 else more[[2, 3]]
+        ext = a.alloc_extend(prefix, prefix, seq, seq, last, int((seq - prefix).sum()))
+        rec(scn, "extend.ids", ext)
+        rec(scn, "extend.full_phys", a.translate_kv_loc(ext))
+        rec(scn, "extend.swa_phys", a.translate_loc_from_full_to_swa(ext))
+        write(a, kv, ext, layers)
+        sizes(scn, "extend", a)
+        a.free(keep[: 4 * ps])
+        a.flush_opportunistic()
+        live = torch.cat([keep[4 * ps :], more, ext])
+        check(scn, "end", a, kv, live, torch.cat([keep[6 * ps :], more, ext]), layers, nfull)
+        sizes(scn, "end", a)
+        rec(scn, "end.full_phys", a.translate_kv_loc(live))
+        rec(scn, "end.swa_phys", a.translate_loc_from_full_to_swa(live))
+        return ext[int(seq[0] - prefix[0]) - 1 :][:1], seq[:1] + 1
+
+    def decode(scn, a, last, dseq):
+        # last of a scenario: one decode token on the first extend request
+        dec = a.alloc_decode(dseq, dseq, last)
+        rec(scn, "decode.ids", dec)
+        rec(scn, "decode.full_phys", a.translate_kv_loc(dec))
+        rec(scn, "decode.full_live", a.full_attn_allocator.allocated_count())
+
+    def swa_pair(ps, lazy, ratio):
+        scn = f"swa_pair-ps{ps}-{'lazy' if lazy else 'eager'}-{ratio[0]}x{ratio[1]}"
+        a = fx.build_swa_pool(page_size=ps, lazy=lazy, ratio=ratio)
+        rec(scn, "size_full", a.size_full)
+        rec(scn, "size_swa", a.size_swa)
+        sizes(scn, "empty", a)
+        decode(scn, a, *traffic(scn, a, a.get_kvcache(), ps, list(range(sum(ratio))), ratio[0]))
+
+    def swa_bytes(ps):
+        # sized by bytes alone (no legacy caps): the caps are what each side can take
+        scn = f"swa_total_bytes-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=True, total_bytes=150 * ps * 64)
+        rec(scn, "size_full", a.size_full)
+        rec(scn, "size_swa", a.size_swa)
+        sizes(scn, "empty", a)
+        ids = a.alloc(40 * ps)
+        a.free_swa(ids[: 20 * ps])
+        sizes(scn, "window", a)
+        rec(scn, "can_reserve.60_10", a.can_reserve(60 * ps, 10 * ps))
+        rec(scn, "can_reserve.200_10", a.can_reserve(200 * ps, 10 * ps))
+        rec(scn, "can_reserve.empty", a.can_reserve(140 * ps, 140 * ps, empty_pool=True))
+
+    def tri(ps, lazy, temporal):
+        scn = f"tri-ps{ps}-{'lazy' if lazy else 'eager'}-{'conv' if temporal == (0, 0, 0) else 'ssm'}"
+        b, a = fx.build_tri_pool(page_size=ps, lazy=lazy, temporal=temporal)
+        pool, req = b.unified_memory_pool, b.req_to_token_pool
+        rec(scn, "total_bytes", pool.total_bytes)
+        rec(scn, "chain", [s.name for s in pool.sub_pool_specs])
+        rec(scn, "max_slots", [pool.max_slots(n) for n in ("mamba", "swa", "full")])
+        rec(scn, "mamba_slot_full_token_cost", a.mamba_slot_full_token_cost())
+        sizes(scn, "empty", a)
+        slots = req.mamba_allocator
+        got = slots.alloc(3)
+        rec(scn, "states.ids", got)
+        phys = req.translate_mamba_indices(got).to(torch.int64)
+        rec(scn, "states.phys", phys)
+        conv = req.mamba_pool.mamba_cache.conv[0]
+        conv[:, phys] = got.reshape(1, -1, 1, 1).to(conv.dtype)
+        last = traffic(scn, a, a.get_kvcache(), ps, [0, 1], 1)
+        slots.free(got[:1])
+        a.flush_opportunistic()
+        phys = req.translate_mamba_indices(got[1:]).to(torch.int64)
+        conv = req.mamba_pool.mamba_cache.conv[0]
+        rec(scn, "states.rows_wrong", int((conv[:, phys] != got[1:].reshape(1, -1, 1, 1).to(conv.dtype)).sum()))
+        rec(scn, "states.schedulable", slots.schedulable_available_size())
+        rec(scn, "states.available", slots.available_size())
+        sizes(scn, "states_end", a)
+        decode(scn, a, *last)
+
+    def swa_cache(ps, lazy):
+        scn = f"swa_cache-ps{ps}-{'lazy' if lazy else 'eager'}"
+        a, cache = fx.build_swa_cache(occupancy=40, lazy=lazy, page_size=ps)
+        sizes(scn, "filled", a)
+        rec(scn, "evictable", [cache.full_evictable_size(), cache.swa_evictable_size()])
+        res = cache.evict(EvictParams(num_tokens=10 * ps))
+        rec(scn, "evict.tokens", res.num_tokens_evicted)
+        sizes(scn, "evicted", a)
+        rec(scn, "evict_to_free", a.evict_to_free_tokens(cache, a.available_size() + 8 * ps))
+        sizes(scn, "reclaimed", a)
+        rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
+        ids = a.alloc(8 * ps)
+        rec(scn, "alloc.ids", ids)
+        rec(scn, "reclaim_plan", a.reclaim_plan(a.available_size() + 4 * ps, 2 * ps,
+                                                 full_evictable_tokens=cache.full_evictable_size(),
+                                                 swa_evictable_tokens=cache.swa_evictable_size()))
+
+    def budget(ps, lazy):
+        # SGLang's admission over the allocator: the shared-envelope prefill budget,
+        # decode capacity with eviction, generation clipping, preallocation pricing
+        scn = f"budget-ps{ps}-{'lazy' if lazy else 'eager'}"
+        a, cache = fx.build_swa_cache(occupancy=60, lazy=lazy, page_size=ps, window=16 * ps)
+        a.free_swa(a.alloc(8 * ps))  # tokens outside the window too
+        b = a.create_prefill_budget(cache)
+        rec(scn, "budget", [type(b).__name__, b.remaining_total, b.has_capacity()])
+        for ext, new in ((10, 10), (40, 200), (90, 50), (300, 10)):
+            ext, new = ext * ps, new * ps
+            rec(scn, f"check_prefill.{ext}.{new}", list(b.check_prefill(
+                extend_input_len=ext, total_tokens=ext + new, max_new_tokens=new,
+                input_tokens=ext, swa_host_hit_length=0, chunk_limit=32 * ps)))
+            rec(scn, f"can_allocate_prefill.{ext}.{new}", b.can_allocate_prefill(
+                paged_input=ext, extend_input_len=ext, max_new_tokens=new, chunk_limit=None))
+            rec(scn, f"fit_chunk.{ext}.{new}", b.fit_chunk(
+                extend_input_len=ext, max_new_tokens=new, chunk_limit=32 * ps))
+        rec(scn, "max_new_tokens", [a.max_new_tokens_for_memory(
+            n * ps, 1000 * ps, token_capacity=100 * ps, sliding_window_size=16 * ps,
+            chunk_size=None) for n in (10, 60, 99, 120)])
+        rec(scn, "reclaim_plan", [a.reclaim_plan(f * ps, w * ps,
+            full_evictable_tokens=cache.full_evictable_size(),
+            swa_evictable_tokens=cache.swa_evictable_size()) for f, w in ((30, 30), (60, 8), (90, 90))])
+        rec(scn, "prealloc_fits", [a.prealloc_fits(cache, f * ps, w * ps,
+            full_budget_tokens=40 * ps, swa_budget_tokens=20 * ps) for f, w in ((20, 10), (50, 10))])
+        rec(scn, "check_decode_capacity", a.check_decode_capacity(num_tokens=40 * ps, tree_cache=cache))
+        sizes(scn, "after", a)
+        rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
+
+    def mamba(ps, lazy):
+        # SGLang's own Mamba-hybrid factory (the shipped builders have none)
+        from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
+
+        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        cp = types.SimpleNamespace(
+            shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
+            dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
+            layers=[0],
+        )
+        b = init_unified_mamba_pools(
+            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
+            start_layer=0, end_layer=2, is_draft_worker=False, use_mla_backend=False,
+            mamba_layer_ids=[0], full_attention_layer_ids=[1], mamba2_cache_params=cp,
+            model_context_len=64 * ps, extra_max_context_len=1, max_total_num_tokens=100 * ps,
+            max_mamba_cache_size=8, max_num_reqs=4, enable_memory_saver=False,
+            enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
+            speculative_num_draft_tokens=None, disable_overlap_schedule=True, need_sort=False,
+            lazy_compaction=lazy,
+        )
+        a, kv, req = b.token_to_kv_pool_allocator, b.token_to_kv_pool, b.req_to_token_pool
+        rec(scn, "sizes", [a.size, a.size_full, a.size_mamba, a.available_size(),
+                           a.mamba_slot_full_token_cost(), req.mamba_allocator.size])
+        slots = req.mamba_allocator.alloc(3)
+        rec(scn, "states.ids", slots)
+        rec(scn, "states.phys", req.translate_mamba_indices(slots))
+        ids = a.alloc(20 * ps)
+        rec(scn, "alloc.ids", ids)
+        rec(scn, "alloc.phys", a.translate_kv_loc(ids))
+        full = a.translate_kv_loc(ids)
+        kv.set_kv_buffer(types.SimpleNamespace(layer_id=1), KVWriteLoc(full, physical=True),
+                         rows(ids, 1), -rows(ids, 1))
+        a.free(ids[4 * ps : 12 * ps])
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        live = torch.cat([ids[: 4 * ps], ids[12 * ps :]])
+        rec(scn, "free.phys", a.translate_kv_loc(live))
+        rec(scn, "free.states_phys", req.translate_mamba_indices(slots[1:]))
+        got = kv.get_key_buffer(1)[a.translate_kv_loc(live)]
+        rec(scn, "free.rows_wrong", int((got != rows(live, 1)).any(dim=(1, 2)).sum()))
+        rec(scn, "free.sizes", [a.available_size(), a.full_available_size(),
+                                a.full_attn_allocator.allocated_count(),
+                                req.mamba_allocator.available_size(),
+                                req.mamba_allocator.schedulable_available_size()])
+        have = req.mamba_allocator.schedulable_available_size()
+        rec(scn, "tokens_before_recheck", [a.full_tokens_before_mamba_recheck(n)
+                                           for n in (have, have + 2, 10**3)])
+
+    def fake_kv(ps, lazy):
+        # SGLang's own test pattern: a foreign kvcache (fixtures' FakeUnifiedSWAKVPool)
+        # mirrors each physical slot's owner and hears every relocation as whole pages
+        from sglang.srt.mem_cache.allocator.unified_hybrid_swa import (
+            UnifiedSWATokenToKVPoolAllocator,
+        )
+        from sglang.srt.mem_cache.unified_memory_pool import MHASubPoolSpec, UnifiedKVPool
+
+        scn = f"fake_kv-ps{ps}-{'lazy' if lazy else 'eager'}"
+        specs = [
+            MHASubPoolSpec(name=n, layer_num=1, head_num=1, head_dim=8,
+                           store_dtype=torch.float16, grow_direction=g)
+            for n, g in (("full", "down"), ("swa", "up"))
+        ]
+        pool = UnifiedKVPool(total_bytes=128 * ps * 64, sub_pool_specs=specs, device="cpu",
+                             enable_memory_saver=False, page_size=ps)
+        fake = fx.FakeUnifiedSWAKVPool(pool)
+        a = UnifiedSWATokenToKVPoolAllocator(
+            unified_buffer=pool, kvcache=fake, device="cpu", page_size=ps,
+            lazy_compaction=lazy, full_max_total_num_tokens=60 * ps,
+            swa_max_total_num_tokens=60 * ps,
+        )
+        ids = a.alloc(40 * ps)
+        fake.full_kv_pool.buf[a.translate_kv_loc(ids)] = ids
+        fake.swa_kv_pool.buf[a.translate_loc_from_full_to_swa(ids)] = ids
+        a.free_swa(ids[: 10 * ps])
+        a.free(ids[10 * ps : 30 * ps])
+        a.flush_opportunistic()
+        live = ids[30 * ps :]
+        rec(scn, "full_phys", a.translate_kv_loc(live))
+        rec(scn, "swa_phys", a.translate_loc_from_full_to_swa(live))
+        rec(scn, "full.rows_wrong", int((fake.full_kv_pool.buf[a.translate_kv_loc(live)] != live).sum()))
+        rec(scn, "swa.rows_wrong", int((fake.swa_kv_pool.buf[a.translate_loc_from_full_to_swa(live)] != live).sum()))
+        sizes(scn, "end", a)
+
+    def tri_cache(ps, lazy):
+        scn = f"tri_cache-ps{ps}-{'lazy' if lazy else 'eager'}"
+        b, a, cache = fx.build_tri_cache(lazy=lazy, page_size=ps)
+        sizes(scn, "empty", a)
+        rec(scn, "evict_to_free", a.evict_to_free_tokens(cache, 16 * ps))
+        rec(scn, "can_reserve", [a.can_reserve(16 * ps, 16 * ps), a.can_reserve(10**6, 1)])
+
+    for ps in (1, 4):
+        for lazy in (False, True):
+            for name, fn, args in (
+                ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
+                ("tri", tri, [(ps, lazy, (1, 4, 8)), (ps, lazy, (0, 0, 0))]),
+                ("swa_cache", swa_cache, [(ps, lazy)]),
+                ("budget", budget, [(ps, lazy)]),
+                ("mamba", mamba, [(ps, lazy)]),
+                ("fake_kv", fake_kv, [(ps, lazy)]),
+                ("tri_cache", tri_cache, [(ps, lazy)] if ps == 1 else []),
+            ):
+                for a in args:
+                    try:
+                        fn(*a)
+                    except Exception as exc:  # noqa: BLE001 - recorded, compared
+                        rec(f"{name}{a}", "error", f"{type(exc).__name__}: {exc}")
+        swa_bytes(ps)
+    print("RESULT " + json.dumps(OUT))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def observed() -> dict[str, dict[str, dict]]:
+    """Both sides' observations, scenario -> key -> value."""
+    sides = {}
+    for side in ("sglang", "dropin"):
+        res = _run(SCENARIOS, side)
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert res.returncode == 0 and lines, res.stdout[-4000:] + res.stderr[-4000:]
+        sides[side] = json.loads(lines[-1][len("RESULT ") :])
+    return sides
+
+
+#: Observations that differ on purpose: (scenario pattern, key pattern) -> reason. Each is
+#: listed in docs/SGLANG.md ("SGLang 0.5.23").
+KNOWN: dict[tuple[str, str], str] = {
+    ("*-ps1-*", "decode.*"): (
+        "at page size 1 SGLang 0.5.23 still hands a decode an id it does not bind (0.5.16's "
+        "known defect 8: the same id twice, written to the sink); ukv binds a page"
+    ),
+    ("*-ps1-lazy*", "*.full_phys"): (
+        "lazy mode, page size 1: which physical page each token of one allocation gets "
+        "(SGLang hands fresh pages nearest its end first); ids, sizes and bytes agree"
+    ),
+    ("tri-*", "*.swa_phys"): (
+        "the tri-pool's SWA float: SGLang keeps its freed pages as holes in place, ukv's "
+        "middle band compacts (eager) and slides as a whole, so SWA pages sit elsewhere"
+    ),
+    ("tri-*", "*.available"): (
+        "the tri-pool's joint capacity counts the SWA float as ukv packs it (no holes "
+        "left behind in eager mode), a few tokens more than SGLang's float with holes"
+    ),
+    ("mamba-*", "tokens_before_recheck"): (
+        "full_tokens_before_mamba_recheck: ukv's exact shortage (0 when the states fit, and "
+        "when no amount of tokens would do), where SGLang gives a lower bound"
+    ),
+    ("tri-*", "states.schedulable"): (
+        "the state END's schedulable slots: ukv counts sliding the SWA float away (the "
+        "allocation moves it in its plan); SGLang counts only the room below the float"
+    ),
+}
+
+
+def _known(scenario: str, key: str) -> str | None:
+    for (s, k), why in KNOWN.items():
+        if fnmatch.fnmatch(scenario, s) and fnmatch.fnmatch(key, k):
+            return why
+    return None
+
+
+def test_every_scenario_runs_on_both_sides(observed: dict) -> None:
+    assert set(observed["sglang"]) == set(observed["dropin"])
+    for side, scenarios in observed.items():
+        errors = {s: v["error"] for s, v in scenarios.items() if "error" in v}
+        assert not errors, (side, errors)
+
+
+def test_the_bytes_read_back_are_the_bytes_written(observed: dict) -> None:
+    """After frees, window frees, compaction and slides, every live token reads back what
+    was written, on both sides."""
+    for side, scenarios in observed.items():
+        for scn, obs in scenarios.items():
+            wrong = {k: v for k, v in obs.items() if k.endswith("rows_wrong") and v}
+            assert not wrong, (side, scn, wrong)
+
+
+def test_the_drop_in_agrees_with_sglang(observed: dict) -> None:
+    """Ids, sizes and translations agree scenario by scenario, except :data:`KNOWN`."""
+    unexplained = []
+    for scn, ours in sorted(observed["dropin"].items()):
+        theirs = observed["sglang"][scn]
+        for key in sorted(set(ours) | set(theirs)):
+            if ours.get(key) != theirs.get(key) and _known(scn, key) is None:
+                unexplained.append(f"{scn} {key}: sglang {theirs.get(key)!r} ukv {ours.get(key)!r}")
+    assert not unexplained, "\n".join(unexplained[:40])
+
+
+# ----- the layout and the call sites -----------------------------------------------------------
+
+CALL_SITES = textwrap.dedent(
+    """
+    import sglang_stubs
+    sglang_stubs.pytest_configure(None)
+    import ukv.integrations.sglang as dropin
+    from ukv.integrations.sglang import layouts
+    dropin.install()
+    assert layouts.current().version == "0.5.23", layouts.current()
+    from sglang.srt.managers import schedule_policy, schedule_batch
+    from sglang.srt.mem_cache import common, kv_index_translator, unified_radix_cache
+    from sglang.srt.mem_cache import unified_memory_pool as ump
+    from sglang.srt.mem_cache.allocator import unified_sub_pool, unified_mamba, unified_hybrid_swa
+    from sglang.srt.mem_cache.allocator import BaseTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from ukv.integrations.sglang.v0523 import composites, allocator
+    for m in (ump, unified_sub_pool, unified_mamba, unified_hybrid_swa):
+        assert m.__ukv_dropin__ and m.__ukv_sglang_layout__ == "0.5.23", m
+    assert schedule_policy.UnifiedMambaTokenToKVPoolAllocator is composites.UnifiedMambaTokenToKVPoolAllocator
+    assert schedule_policy.UnifiedMambaSWATokenToKVPoolAllocator is composites.UnifiedMambaSWATokenToKVPoolAllocator
+    assert kv_index_translator.UnifiedSWAAllocatorBase is composites.UnifiedSWAAllocatorBase
+    assert unified_sub_pool.MultiEndedAllocator is allocator.MultiEndedAllocator
+    for cls in (composites.UnifiedSWATokenToKVPoolAllocator, composites.UnifiedMambaSWATokenToKVPoolAllocator):
+        assert issubclass(cls, SWATokenToKVPoolAllocator) and issubclass(cls, composites.UnifiedSWAAllocatorBase)
+    assert issubclass(composites.UnifiedMambaTokenToKVPoolAllocator, BaseTokenToKVPoolAllocator)
+    import sglang.srt.mem_cache.multi_ended_allocator as gone  # not 0.5.23's: not served
+    raise SystemExit("0.5.16's multi_ended_allocator was served under 0.5.23")
+    """
+)
+
+
+def test_sglangs_call_sites_hold_the_drop_in() -> None:
+    res = _run(CALL_SITES, "dropin")
+    assert "ModuleNotFoundError" in res.stderr and "multi_ended_allocator" in res.stderr, (
+        res.stdout[-4000:] + res.stderr[-4000:]
+    )
+
+
+REFUSALS = textwrap.dedent(
+    """
+    import sglang_stubs
+    sglang_stubs.pytest_configure(None)
+    import ukv.integrations.sglang as dropin
+    dropin.install()
+    import torch
+    from sglang.test import unified_allocator_fixtures as fx
+    from ukv.integrations.sglang.errors import SGLangNotImplementedError
+    fx.setup_allocator_context()
+    a = fx.build_swa_pool(page_size=1)
+    for call in (
+        lambda: a.set_disagg_move_gate(lambda: True),
+        lambda: a.set_host_transfer_move_gate(lambda: True),
+        lambda: a.set_full_to_swa_mapping(torch.tensor([1]), torch.tensor([5])),
+        lambda: a.swa_attn_allocator.alloc_physical(1),
+        lambda: a.resize(None),
+        lambda: a.unified_buffer.finalize_backing(None),
+        lambda: a.swa_attn_allocator.set_hicache_transfer_done_event("k", None),
+    ):
+        try:
+            call()
+            raise SystemExit("accepted")
+        except SGLangNotImplementedError as exc:
+            assert "docs/SGLANG.md" in str(exc), exc
+    print("refused")
+    """
+)
+
+
+def test_what_ukv_refuses_is_refused_by_name() -> None:
+    res = _run(REFUSALS, "dropin")
+    assert res.returncode == 0 and "refused" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
