@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -53,12 +54,24 @@ def test_free_swa_skips_tokens_already_freed(page_size: int, lazy: bool) -> None
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "benches"))
 from sglang_scheduler import config as driver_config  # noqa: E402
-from sglang_stubs import sglang_paths  # noqa: E402
+from sglang_stubs import sglang_found, sglang_release  # noqa: E402
 
-needs_sglang = pytest.mark.skipif(
-    not any(os.path.isdir(os.path.join(p, "sglang")) for p in sglang_paths()),
-    reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
-)
+
+def needs_sglang(test: Any) -> Any:
+    """SGLang 0.5.16 on ``UKV_SGLANG_PATH`` (a failure instead of a skip where
+    ``UKV_REQUIRE_SGLANG=1``); the driver targets that release's scheduler."""
+    test = pytest.mark.skipif(
+        not sglang_found(),
+        reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
+    )(test)
+    return pytest.mark.skipif(
+        sglang_release() not in (None, "0.5.16"),
+        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}: the driver drives 0.5.16",
+    )(test)
+
+
+#: Where the pools live (``UKV_TEST_DEVICE``; benches/gpu_run.sh's ``sglang`` part sets cuda).
+DEVICE = os.environ.get("UKV_TEST_DEVICE", "cpu")
 
 #: The matrix: SWA and Mamba x page sizes 1 and 16 x eager and lazy (the tree cache SGLang
 #: builds), the other tree caches once each, and more SWA than full layers (drop-in only).
@@ -80,7 +93,7 @@ def side_by_side() -> dict:
     ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([ukv_root, env.get("PYTHONPATH", "")])
     res = sidebyside.run(
-        MATRIX, "cpu", env, parallel=True, timeout=900, extra_ukv=tuple(SELF_TESTS)
+        MATRIX, DEVICE, env, parallel=True, timeout=900, extra_ukv=tuple(SELF_TESTS)
     )
     print(sidebyside.markdown(res))
     out = {p["config"]: p for p in res["pairs"]}
