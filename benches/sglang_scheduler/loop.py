@@ -501,6 +501,8 @@ class Loop:
         SGLang's own pool never runs this pair (the unified pool asserts disaggregation
         off) and fails it on some configurations; its failure is recorded, not raised."""
         st = self.stack
+        if self.totals.offload_unsupported:
+            return  # SGLang's pool failed it once: not again
         st.forward_stream.synchronize()
         self.shadow.poll()
         try:
