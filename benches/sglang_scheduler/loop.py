@@ -501,10 +501,10 @@ class Loop:
         SGLang's own pool never runs this pair (the unified pool asserts disaggregation
         off) and fails it on some configurations; its failure is recorded, not raised."""
         st = self.stack
+        st.forward_stream.synchronize()  # on both pools alike: it moves when forwards land
+        self.shadow.poll()
         if self.totals.offload_unsupported:
             return  # SGLang's pool failed it once: not again
-        st.forward_stream.synchronize()
-        self.shadow.poll()
         try:
             req.offload_kv_cache(st.req_to_token_pool, st.allocator)
             req.load_kv_cache(st.req_to_token_pool, st.allocator)
