@@ -454,12 +454,15 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, AllocSurface, _SWABase):
                 self.unified_buffer.settle_if_lockstep()
 
     def free_swa(self, free_index: torch.Tensor) -> None:
-        """Release only the SWA side of tokens that left the window."""
+        """Release only the SWA side of tokens that left the window; tokens whose SWA side
+        is already released (freed tokens among them) are skipped, as SGLang's composite
+        skips them (``UnifiedRadixCache`` frees a node's full side, then its SWA side)."""
         if free_index is None or free_index.numel() == 0:
             return
         self.full_attn_allocator.order_after_forward()
         with translated():
-            self._joint.free_swa(free_index)
+            bound = self._joint.translate_loc_from_full_to_swa(free_index) > 0
+            self._joint.free_swa(free_index[bound])
             if self.is_not_in_free_group:
                 self.unified_buffer.settle_if_lockstep()
 
