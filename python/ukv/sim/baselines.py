@@ -31,6 +31,8 @@ Layouts (:data:`LAYOUTS`; every one counts the same bytes per GPU):
   at every phase boundary, the best pair of shares (one for chat phases, one for long).
 * ``sglang-radix-off`` — SGLang's default split with the radix cache off (the previous
   study's setting; its cap is the slot count).
+* ``sglang-nocap`` — SGLang's default split with the radix cache on but without the slot
+  cap (a diagnostic: how much of a gap is the cap's, not the split's).
 
 A ratio compares two runs that served the same requests: a run that rejected any request
 (one that does not fit its layout even alone) enters no ratio; the comparison reports it
@@ -63,12 +65,12 @@ from ukv.sim.prefix import Identity, RadixCache, build_identity
 from ukv.sim.single import SingleKindBackend
 from ukv.sim.traces import Trace
 
-FINE_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
-"""State / SWA byte shares the oracle tries first (5% to 95%)."""
-FINE_REFINE = (-0.025, -0.0125, 0.0125, 0.025)
-"""Offsets tried around the best share of the grid."""
-COARSE_GRID = tuple(round(0.1 * i, 1) for i in range(1, 10))
-COARSE_REFINE = (-0.05, -0.025, 0.025, 0.05)
+GRID = tuple(round(0.1 * i, 1) for i in range(1, 10))
+"""State / SWA byte shares the oracle tries first (10% to 90%)."""
+FINE_STEPS = (0.05, 0.025, 0.0125)
+"""Then, in turn, the best share so far ± each of these (1.25% resolution, 15 runs)."""
+COARSE_STEPS = (0.05,)
+"""The coarse search's refinement (5% resolution, 11 runs)."""
 PHASE_GRID = tuple(round(0.1 * i, 1) for i in range(1, 10))
 """Shares the per-phase oracle tries for each kind of phase (around the static best)."""
 SGLANG_EST_REQS = 2048
@@ -122,6 +124,8 @@ LAYOUTS: dict[str, Layout] = {
                text="best split per phase in hindsight (phase traces)"),
         Layout("sglang-radix-off", "split", "sglang", "off", "split", "sglang", "default",
                text="SGLang default split, radix cache off"),
+        Layout("sglang-nocap", "split", "sglang", "sglang", "split", "estimate", "default",
+               text="SGLang default split, radix cache on, without its slot cap (diagnostic)"),
     )
 }  # fmt: skip
 """Every column, by label."""
@@ -176,7 +180,9 @@ class Comparison:
     def ratio(self, label: str, metric: str = "served_tok_s") -> float | None:
         """The peer's ``metric`` over ``label``'s; None when either run rejected requests."""
         mine = self.peer(label)
-        if label not in self.summaries or self.failed(mine) or self.failed(label):
+        if label not in self.summaries or mine not in self.summaries:
+            return None
+        if self.failed(mine) or self.failed(label):
             return None
         base = self.summaries[label][metric]
         return float(self.summaries[mine][metric] / base) if base else None
@@ -369,8 +375,8 @@ def compare(
         layouts: Labels to run (default: every one that applies); ``oracle`` is always run
             when a tuned or per-phase split is asked for.
         tuned_share: The share for ``sglang-tuned`` (skipped when None).
-        grid: The oracle's grid, ``"fine"`` (5% steps, then ±1.25/2.5%) or ``"coarse"``
-            (10% steps, then ±2.5/5%).
+        grid: The oracle's search, ``"fine"`` (10% steps, then ±5%, ±2.5%, ±1.25% around
+            the best so far) or ``"coarse"`` (10% steps, then ±5%).
         phases: Start times of the phases (phase traces: enables ``oracle-phase``; every
             even phase is chat, every odd one long).
         progress: Progress bars on stderr.
@@ -407,8 +413,8 @@ def compare(
         runs[label] = run_layout(lay, s, share, progress=progress)
     oshare, tried = 0.0, []  # type: tuple[float, list[tuple[float, float]]]
     if shape.is_hybrid and ("oracle" in want or "oracle-phase" in want):
-        g, ref = (FINE_GRID, FINE_REFINE) if grid == "fine" else (COARSE_GRID, COARSE_REFINE)
-        oshare, best, tried = _oracle(s, sweep or g, ref, progress)
+        steps = FINE_STEPS if grid == "fine" else COARSE_STEPS
+        oshare, best, tried = _oracle(s, sweep or GRID, steps, progress)
         runs["oracle"], shares["oracle"] = best, oshare
     if shape.is_hybrid and tuned_share is not None and "sglang-tuned" in want:
         runs["sglang-tuned"] = run_layout(LAYOUTS["sglang-tuned"], s, tuned_share)
@@ -453,11 +459,11 @@ def _rank(run: Run, share: float) -> tuple[bool, float, float]:
 
 
 def _oracle(
-    s: Setup, grid: tuple[float, ...], refine: tuple[float, ...], progress: bool
+    s: Setup, grid: tuple[float, ...], steps: tuple[float, ...], progress: bool
 ) -> tuple[float, Run, list[tuple[float, float]]]:
     """Best share by served tokens per second among the splits that rejected no request
-    (ties: the smaller share); a split that drops requests serves less work, so it is
-    chosen only when every split does."""
+    (ties: the smaller share): the grid, then the best ± each step in turn. A split that
+    drops requests serves less work, so it is chosen only when every split does."""
     tried: dict[float, Run] = {}
     lay = LAYOUTS["oracle"]
 
@@ -466,18 +472,22 @@ def _oracle(
         if 0 < share < 1 and share not in tried:
             tried[share] = run_layout(lay, s, share)
 
+    def best() -> float:
+        return max(sorted(tried), key=lambda x: _rank(tried[x], x))
+
     for x in grid:
         run(x)
-    first = max(sorted(tried), key=lambda x: _rank(tried[x], x))
-    for d in refine:
-        run(first + d)
-    best = max(sorted(tried), key=lambda x: _rank(tried[x], x))
+    for d in steps:
+        b = best()
+        run(b - d)
+        run(b + d)
+    top = best()
     if progress:
         import sys
 
-        sys.stderr.write(f"oracle: {len(tried)} splits tried, best share {best}\n")
+        sys.stderr.write(f"oracle: {len(tried)} splits tried, best share {top}\n")
     table = [(x, round(_served(tried[x]), 4)) for x in sorted(tried)]
-    return best, tried[best], table
+    return top, tried[top], table
 
 
 def _phase_oracle(s: Setup, starts: list[float], static: float) -> tuple[list[float], Run]:

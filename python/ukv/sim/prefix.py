@@ -88,33 +88,50 @@ class Identity:
     shared_hash: int = 0
     shared_continuation: int = 0
 
+    def __post_init__(self) -> None:
+        self._u = [u.tolist() for u in self.uids]
+        self._e = [e.tolist() for e in self.ends]
+        self._common: dict[tuple[int, int], int] = {}
+        self._keys: dict[tuple[int, int, int], tuple] = {}
+
     def __len__(self) -> int:
         return len(self.uids)
 
     def common(self, a: int, b: int) -> int:
         """Tokens requests ``a`` and ``b`` share from the start."""
-        ua, ub = self.uids[a], self.uids[b]
-        n = min(ua.size, ub.size)
-        if n == 0:
-            return 0
-        diff = np.flatnonzero(ua[:n] != ub[:n])
-        k = int(diff[0]) if diff.size else n
-        return int(self.ends[a][k - 1]) if k else 0
+        key = (a, b) if a < b else (b, a)
+        got = self._common.get(key)
+        if got is None:
+            ua, ub, ea = self._u[a], self._u[b], self._e[a]
+            k = 0
+            for x, y in zip(ua, ub):
+                if x != y:
+                    break
+                k += 1
+            got = ea[k - 1] if k else 0
+            self._common[key] = got
+        return got
 
     def page_key(self, r: int, page: int, g: int) -> tuple:
         """The identity of tokens ``[page*g, (page+1)*g)`` of request ``r``: the units
         covering them, each with the offset it starts at."""
-        ends, uids = self.ends[r], self.uids[r]
+        ck = (r, page, g)
+        got = self._keys.get(ck)
+        if got is not None:
+            return got
+        ends, uids = self._e[r], self._u[r]
         lo, hi = page * g, (page + 1) * g
-        i = int(np.searchsorted(ends, lo, side="right"))
+        i = bisect.bisect_right(ends, lo)
         key: list[int] = []
         pos = lo
-        while pos < hi and i < uids.size:
-            start = int(ends[i - 1]) if i else 0
-            key += [int(uids[i]), pos - start]
-            pos = int(ends[i])
+        while pos < hi and i < len(uids):
+            start = ends[i - 1] if i else 0
+            key += [uids[i], pos - start]
+            pos = ends[i]
             i += 1
-        return tuple(key)
+        got = tuple(key)
+        self._keys[ck] = got
+        return got
 
 
 def build_identity(

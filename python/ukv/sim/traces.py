@@ -47,6 +47,8 @@ LONG_RATE = 8.0
 """Default long-document arrivals per simulated second (Poisson)."""
 PHASES = 4
 """Phases of a phase-shift trace (chat, long, chat, long)."""
+PHASE_S = 120.0
+"""Seconds each phase of :func:`phase_timed` lasts."""
 BUILTIN = ("chat", "long", "phase")
 DEFAULT_REQUESTS = 2000
 """Requests of a generated trace when none is asked for."""
@@ -137,6 +139,50 @@ def phase(n: int, seed: int = 0, phases: int = PHASES) -> Trace:
         parts.append((arr, pl, ol))
     arr, pl, ol = (np.concatenate(x) for x in zip(*parts))
     return Trace("phase", arr[:n], pl[:n], ol[:n])
+
+
+def phase_timed(
+    seed: int = 0,
+    phases: int = PHASES,
+    duration: float = PHASE_S,
+    chat_rate: float = 4.0,
+    long_rate: float = 0.2,
+) -> Trace:
+    """Phase shifts that last: ``phases`` phases of ``duration`` seconds each, alternating
+    chat (Poisson at ``chat_rate``/s) and long documents (``long_rate``/s), each phase's
+    arrivals inside its own time span (unlike :func:`phase`, whose requests all arrive at
+    once as one backlog). ``name`` says the rates; ``phase_starts`` are the boundaries."""
+    if phases < 2:
+        raise ArgumentError(f"bad argument phases = {phases!r}: need at least 2")
+    _positive(duration, "duration")
+    _positive(chat_rate, "chat_rate")
+    _positive(long_rate, "long_rate")
+    rng = np.random.default_rng([seed, 4])
+    parts = []
+    for i in range(phases):
+        is_long = i % 2 == 1
+        rate = long_rate if is_long else chat_rate
+        t0 = i * duration
+        gaps = rng.exponential(1.0 / rate, int(rate * duration * 2) + 16)
+        arr = t0 + np.cumsum(gaps)
+        arr = arr[arr < t0 + duration]
+        c = int(arr.size)
+        pl = _loguniform(rng, LONG_PROMPT if is_long else CHAT_PROMPT, c)
+        ol = _loguniform(rng, LONG_OUTPUT if is_long else CHAT_OUTPUT, c)
+        parts.append((arr, pl, ol))
+    arr, pl, ol = (np.concatenate(x) for x in zip(*parts))
+    if arr.size == 0:
+        raise ArgumentError("phase_timed: no request arrived; raise the rates or the duration")
+    origin = (
+        f"{phases} phases of {duration:g} s, chat {chat_rate:g}/s and long {long_rate:g}/s, "
+        f"{arr.size:,} requests"
+    )
+    return Trace("phase", arr, pl, ol, origin)
+
+
+def phase_starts(phases: int = PHASES, duration: float = PHASE_S) -> list[float]:
+    """Start times of :func:`phase_timed`'s phases (the per-phase oracle's boundaries)."""
+    return [i * duration for i in range(phases)]
 
 
 def load_jsonl(path: str | Path) -> Trace:
