@@ -50,12 +50,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ukv.errors import ArgumentError
-from ukv.models import ModelShape
+
+if TYPE_CHECKING:
+    from ukv.models import ModelShape
 
 FIXED_STEP_S = 0.025
 """Simulated seconds per step of the fixed clock (one decode iteration of a large batch)."""
