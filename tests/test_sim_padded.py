@@ -112,15 +112,18 @@ def test_swa_model_pads_the_last_group_and_slides_the_window():
 def test_padded_ratio_is_taken_in_vllms_dtypes():
     from ukv.sim import baselines, traces
 
-    c = baselines.compare(QWEN, 4 << 30, traces.chat(60, seed=1), sweep=(0.5,))
+    cols = ("ukv", "vllm", "vllm-equal", "ukv-vllm", "jenga")
+    c = baselines.compare(QWEN, 4 << 30, traces.chat(60, seed=1), layouts=cols)
     # Qwen3-Next: vLLM keeps the temporal state in bf16, SGLang (the preset) in fp32, so
-    # the unified pool runs a second time in vLLM's dtypes and padded is compared with it.
-    assert c.peer("padded") == "unified-vllm" and c.peer("oracle-static") == "unified"
-    mine = c.summaries["unified-vllm"]["served_tok_s"]
-    assert c.ratio("padded") == pytest.approx(mine / c.summaries["padded"]["served_tok_s"])
-    assert "unified-vllm" not in c.ratios()
-    gpt = baselines.compare(models.load("gpt-oss-120b"), 2 << 30, traces.chat(30), sweep=(0.5,))
-    assert "unified-vllm" not in gpt.summaries  # no state: the dtypes are the same
+    # ukv runs a second time in vLLM's dtypes and vLLM's layouts (and Jenga, run in vLLM's
+    # dtypes) are compared with it; vLLM's layout in SGLang's dtypes is compared with ukv.
+    assert c.peer("vllm") == "ukv-vllm" and c.peer("jenga") == "ukv-vllm"
+    assert c.peer("vllm-equal") == "ukv"
+    mine = c.summaries["ukv-vllm"]["served_tok_s"]
+    assert c.ratio("vllm") == pytest.approx(mine / c.summaries["vllm"]["served_tok_s"])
+    assert "ukv-vllm" not in c.ratios()
+    gpt = baselines.compare(models.load("gpt-oss-120b"), 2 << 30, traces.chat(30), layouts=cols)
+    assert "ukv-vllm" not in gpt.summaries  # no state: the dtypes are the same
 
 
 def test_swa_pages_of_unequal_layers_hold_different_token_counts():

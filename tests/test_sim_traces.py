@@ -110,13 +110,14 @@ def test_replay_admits_nothing_before_it_arrives():
 
 def test_cli_replays_a_file_at_a_scaled_rate(tmp_path, capsys):
     js = tmp_path / "s.json"
-    argv = ["simulate", "--model", "Jamba-1.5-Mini", "--memory", "4GiB", "--trace", str(AZURE),
+    argv = ["simulate", "--clock", "fixed", "--grid", "coarse", "--layouts", "ukv,sglang-default",
+            "--model", "Jamba-1.5-Mini", "--memory", "4GiB", "--trace", str(AZURE),
             "--rate-scale", "4", "--json", str(js), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     s = json.loads(js.read_text())
     assert s["requests"] == 40 and s["trace"] == "azure_conv_head"
     assert "azure csv" in s["trace_origin"] and "x4" in s["trace_origin"]
-    assert s["layouts"]["unified"]["completed"] == 40
+    assert s["layouts"]["ukv"]["completed"] == 40
     capsys.readouterr()
     assert main(argv[:-5] + ["--rate-scale", "0"]) == 2
     assert "bad --rate-scale '0'" in capsys.readouterr().err

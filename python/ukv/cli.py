@@ -12,7 +12,11 @@
     optionally write the PNG (``--plot``). ``FILE`` is a ukv or Mooncake ``.jsonl`` or an
     Azure 2023 ``.csv`` (:mod:`ukv.sim.traces`), replayed at its timestamps, faster with
     ``--rate-scale K`` or at a mean ``--rate R`` requests/s; ``--requests N`` keeps its
-    first N requests.
+    first N requests. ``--clock measured`` (the default) times each step from the
+    constants measured on the GPU (``--clock-json``, default
+    ``benches/results/step-clock-h200.json``; refused when missing), ``--clock fixed``
+    charges 25 ms a step; ``--no-prefix-cache`` turns every layout's prefix cache off;
+    ``--layouts`` picks columns; ``--grid coarse`` makes the oracle's search shorter.
 
 Both take ``--engine sglang|vllm`` (whose cache-dtype convention to follow, see
 :mod:`ukv.models.dtypes`), ``--kv-dtype`` / ``--state-dtype`` (explicit dtypes), and
@@ -89,6 +93,18 @@ def add_subcommands(sub: Any) -> None:
                       "the recorded request rate)")  # fmt: skip
     rate.add_argument("--rate", help="replay arrivals scaled to this mean rate, requests/s")
     sim.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+    sim.add_argument("--clock", choices=("measured", "fixed"), default="measured",
+                     help="step time: measured on the GPU (the default; needs --clock-json) "
+                     "or a fixed 25 ms")  # fmt: skip
+    sim.add_argument("--clock-json", help="the measured clock's constants (default "
+                     "benches/results/step-clock-h200.json)")  # fmt: skip
+    sim.add_argument("--no-prefix-cache", action="store_true",
+                     help="no layout caches prefixes (default: each as its engine does)")  # fmt: skip
+    sim.add_argument("--layouts", help="comma-separated columns (default: all that apply)")
+    sim.add_argument("--tuned-share", help="the share of sglang-tuned (a split tuned on "
+                     "another workload; default: no such column)")  # fmt: skip
+    sim.add_argument("--grid", choices=("fine", "coarse"), default="fine",
+                     help="the oracle's search (default fine)")  # fmt: skip
     sim.add_argument("--plot", help="write the PNG here")
     sim.add_argument("--no-progress", action="store_true", help="no progress bars")
     sim.set_defaults(func=cmd_simulate)
@@ -464,8 +480,7 @@ def _within_context(trace: Any, limit: int | None) -> tuple[Any, int]:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run the comparison, print the table, write the plot and JSON when asked."""
-    from ukv.sim import baselines, traces
-    from ukv.sim.single import compare_single
+    from ukv.sim import baselines, clock, traces
 
     s = _setup(args)
     shape = s.shape
@@ -475,6 +490,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"--plot compares layouts, but model {shape.name!r} has one kind of cache "
             f"({shape.kind}): every layout is the same single pool"
         )
+    kind = getattr(args, "clock", "measured")
+    path = getattr(args, "clock_json", None)
+    clock.make_clock(kind, shape, path)  # refuse a missing constants file up front
+
+    def clock_of(sh: Any) -> Any:
+        return clock.make_clock(kind, sh, path)
+
     trace = traces.rescale(
         traces.make(args.trace, requests, args.seed),
         rate_scale=_float_arg(getattr(args, "rate_scale", None), "--rate-scale"),
@@ -482,19 +504,43 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     trace, dropped = _within_context(trace, shape.max_position_embeddings)
     progress = not args.no_progress and sys.stderr.isatty()
+    layouts = None
+    if getattr(args, "layouts", None):
+        layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+        bad = [x for x in layouts if x not in baselines.LAYOUTS]
+        if bad:
+            raise ArgumentError(
+                f"bad --layouts {', '.join(bad)}: expected some of {', '.join(baselines.LAYOUTS)}"
+            )
+    tuned = _float_arg(getattr(args, "tuned_share", None), "--tuned-share")
     t0 = time.perf_counter()
     if shape.is_hybrid:
-        cmp = baselines.compare(shape, s.total, trace, page_size=s.page_size, progress=progress)
+        cmp = baselines.compare(
+            shape,
+            s.total,
+            trace,
+            page_size=s.page_size,
+            clock=clock_of,
+            cache=not getattr(args, "no_prefix_cache", False),
+            layouts=layouts,
+            tuned_share=tuned,
+            grid=getattr(args, "grid", "fine"),
+            progress=progress,
+        )
     else:
-        cmp = compare_single(shape, s.total, trace, page_size=s.page_size, progress=progress)
+        cmp = baselines.compare_single(
+            shape, s.total, trace, page_size=s.page_size, clock=clock_of, progress=progress
+        )
     wall = time.perf_counter() - t0
     summary = summary_json(shape, s.total, args, trace, cmp)
     summary["dtypes"] = s.dtypes.as_dict()
     summary["dropped_over_max_context"] = dropped
+    summary["clock"] = clock_of(shape).describe()
+    summary["prefix_cache"] = not getattr(args, "no_prefix_cache", False)
     if args.json == "-":
         _emit_json(summary, "-")
     else:
-        print(f"dtypes: {s.dtypes.describe()}")
+        print(f"dtypes: {s.dtypes.describe()}; clock: {summary['clock']['source']}")
         print_table(summary)
         if dropped:
             print(f"({dropped} requests longer than max_position_embeddings "
@@ -526,6 +572,7 @@ def summary_json(shape: Any, total: int, args: Any, trace: Any, cmp: Any) -> dic
         "seed": getattr(args, "seed", None),
         "layouts": cmp.summaries,
         "ratios": cmp.ratios(),
+        "goodput_ratios": cmp.ratios("goodput_req_s"),
         "failures": cmp.failures(),
         "oracle_sweep": [[s, round(v, 4)] for s, v in cmp.sweep],
     }
@@ -535,8 +582,9 @@ def print_table(summary: dict) -> None:
     """The comparison table of one summary."""
     print(f"{summary['model']} ({summary['kind']}), tp={summary['tp']}, "
           f"{summary['memory_bytes'] / (1 << 30):.1f} GiB, trace {summary['trace']}")  # fmt: skip
-    head = (f"{'layout':<15} {'share':>6} {'tok/s':>9} {'unified x':>9} {'req/s':>7} {'peak':>5} "
-            f"{'mean':>7} {'q p50 s':>8} {'q p99 s':>8} {'retract':>7} {'reject':>6} {'moved/freed':>11}")  # fmt: skip
+    head = (f"{'layout':<17} {'share':>11} {'tok/s':>9} {'ukv x':>6} {'goodput':>8} {'hit':>5} "
+            f"{'peak':>5} {'mean':>7} {'ttft p50':>8} {'ttft p99':>8} {'retract':>7} "
+            f"{'reject':>6} {'moved/freed':>11}")  # fmt: skip
     print(head)
     for label, s in summary["layouts"].items():
         share = s.get("share")
@@ -547,11 +595,21 @@ def print_table(summary: dict) -> None:
             if label in summary.get("failures", {})
             else ("" if ratio is None else f"{ratio:.2f}")
         )
-        q = s["queue_delay_s"]
-        print(f"{label:<15} {'' if share is None else f'{share:.3f}':>6} {s['served_tok_s']:>9,.0f} "
-              f"{cell:>9} {s['completed_req_s']:>7.2f} "
+        q = s["ttft_s"]
+        print(f"{label:<17} {_share(share):>11} {s['served_tok_s']:>9,.0f} {cell:>6} "
+              f"{s['goodput_req_s']:>8.2f} {s['token_hit_rate']:>5.2f} "
               f"{s['peak_running']:>5} {s['mean_running']:>7.1f} {_f(q['p50']):>8} {_f(q['p99']):>8} "
               f"{s['retractions']:>7} {s['rejected']:>6} {s['moved_per_freed']:>11.3f}")  # fmt: skip
+
+
+def _share(share: Any) -> str:
+    if share is None:
+        return ""
+    if isinstance(share, float | int):
+        return f"{share:.3f}"
+    if isinstance(share, list):
+        return "/".join(f"{x:.2f}" for x in share)
+    return str(share)[:11]
 
 
 def _f(x: float | None) -> str:

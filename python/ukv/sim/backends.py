@@ -13,6 +13,15 @@ would ``k`` more states plus ``n`` more tokens fit (``fits``, the admission chec
 * :class:`PaddedBackend` is vLLM's single page size: one pool of equal blocks, computed
   per layer and shared by groups of layers (:func:`vllm_blocks`), in vLLM's dtypes.
 
+With prefix caching (:mod:`ukv.sim.prefix`) a request's *own* tokens are those the radix
+tree does not hold; the tree takes pages over from a request (``tree_adopt``), frees them
+(``tree_free``), splits them (``tree_split``) and holds checkpoints (``ckpt_copy``, a new
+state; ``ckpt_donate``, the request's own state; ``tree_adopt(keep_window=True)``, the
+request's window KV; ``ckpt_free``). Tree pages and checkpoints count as used memory; the
+admission check may count what the tree could evict (``fits(..., ev_pages, ev_ckpt)``), as
+SGLang's ``available + evictable`` does. ``short`` says which side ran out when an
+allocation failed (``"full"``, ``"ckpt"``, or ``"any"`` for one pool).
+
 Sliding-window side (SWA models), all backends alike: new tokens are written to both
 sides, so growing ``old → new`` takes ``pages(new) − pages(old)`` pages on each side
 first (the whole prefill chunk); then the SWA pages wholly before the window are
@@ -41,7 +50,7 @@ VLLM_GROUP_SLACK = 1.5
 """vLLM groups by the larger layer count when it is below this multiple of the smaller."""
 
 
-def pages(tokens: np.ndarray | int, page: int) -> Any:
+def pages(tokens: np.ndarray | np.integer | int, page: int) -> Any:
     """``ceil(tokens / page)`` for ints or int64 arrays."""
     return -(-tokens // page)
 
@@ -59,7 +68,7 @@ def window_pages(window: int, page: int) -> int:
     return int(pages(window, page)) + 1
 
 
-def swa_pages(tokens: np.ndarray, page: int, window: int) -> np.ndarray:
+def swa_pages(tokens: np.ndarray | np.integer, page: int, window: int) -> np.ndarray:
     """SWA pages a request of ``tokens`` holds between steps (the window plus one page)."""
     return np.minimum(pages(tokens, page), window_pages(window, page))
 
@@ -107,8 +116,9 @@ class Backend:
         """Give back everything of these requests (state included)."""
         raise NotImplementedError
 
-    def fits(self, states: int, tokens: int) -> bool:
-        """Whether ``states`` more states and ``tokens`` more full tokens fit now."""
+    def fits(self, states: int, tokens: int, ev_pages: int = 0, ev_ckpt: int = 0) -> bool:
+        """Whether ``states`` more states and ``tokens`` more full tokens fit now, counting
+        ``ev_pages`` tree pages and ``ev_ckpt`` checkpoint units the tree could evict."""
         raise NotImplementedError
 
     def fits_alone(self, tokens: int) -> bool:
@@ -123,6 +133,44 @@ class Backend:
     def bytes_moved(self) -> int:
         """Bytes compaction moved so far (0 for layouts that never move)."""
         return 0
+
+    # -- the prefix cache's side (see the module docstring) --
+
+    page_tokens: int = 16
+    """Tokens per page of this layout (the radix tree's page)."""
+    short: str = "full"
+    """Which side the last failed allocation lacked: ``"full"``, ``"ckpt"`` or ``"any"``."""
+
+    def tree_adopt(self, r: int, held: int, k: int, keep_window: bool = False) -> tuple[Any, Any]:
+        """Hand the first ``k`` of request ``r``'s own pages (it holds ``held`` own tokens)
+        to the tree. SWA: the SWA pages of those tokens leave the request too: kept as a
+        checkpoint handle (``keep_window``) or freed. Returns ``(kv handle, window handle or
+        None)``."""
+        raise NotImplementedError
+
+    def tree_free(self, handle: Any) -> None:
+        """Free tree pages."""
+        raise NotImplementedError
+
+    def tree_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        """A handle of pages cut after its first ``k`` pages."""
+        raise NotImplementedError
+
+    def ckpt_copy(self) -> Any:
+        """A new state for a checkpoint (None: it does not fit; ``short`` says why)."""
+        return None
+
+    def ckpt_donate(self, r: int) -> Any:
+        """Request ``r``'s own state becomes a checkpoint (``r`` holds none after)."""
+        return None
+
+    def ckpt_free(self, handle: Any) -> None:
+        """Free a checkpoint (a state, or window pages)."""
+        raise NotImplementedError
+
+    def ckpt_units(self, handle: Any) -> int:
+        """A checkpoint's size: states, or SWA pages."""
+        raise NotImplementedError
 
 
 # ----- static budgets ---------------------------------------------------------------------
@@ -144,6 +192,7 @@ class SplitBackend(Backend):
         self, shape: ModelShape, total_bytes: int, share: float, page_size: int, name: str
     ) -> None:
         self.name, self.total_bytes, self.share, self.P = name, int(total_bytes), share, page_size
+        self.page_tokens = page_size
         self.kind = shape.kind
         self.full_page = shape.kv_bytes_per_token() * page_size
         if self.kind == "mamba":
@@ -155,22 +204,27 @@ class SplitBackend(Backend):
         self.full_cap = (self.total_bytes - self.other_cap * self.other_unit) // self.full_page
         self.full_used = 0
         self.other_used = 0
+        self.stateful: set[int] = set()
 
     def admit(self, r: int) -> bool:
         if self.kind != "mamba":
             return True
         if self.other_used + 1 > self.other_cap:
+            self.short = "ckpt"
             return False
         self.other_used += 1
+        self.stateful.add(r)
         return True
 
     def grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
         dfull = int((pages(new, self.P) - pages(old, self.P)).sum())
         if self.full_used + dfull > self.full_cap:
+            self.short = "full"
             return False
         if self.kind == "swa":
             step = swa_step(old, new, self.P, self.window)
             if self.other_used + step.need > self.other_cap:
+                self.short = "ckpt"
                 return False
             self.other_used += step.change
             self.bytes_freed += step.freed * self.other_unit
@@ -179,21 +233,24 @@ class SplitBackend(Backend):
 
     def release(self, rids: np.ndarray, held: np.ndarray) -> None:
         full = int(pages(held, self.P).sum())
-        other = (
-            int(rids.size)
-            if self.kind == "mamba"
-            else int(swa_pages(held, self.P, self.window).sum())
-        )
+        if self.kind == "mamba":
+            other = 0
+            for r in rids.tolist():
+                if r in self.stateful:
+                    self.stateful.remove(r)
+                    other += 1
+        else:
+            other = int(swa_pages(held, self.P, self.window).sum())
         self.full_used -= full
         self.other_used -= other
         self.bytes_freed += full * self.full_page + other * self.other_unit
 
-    def fits(self, states: int, tokens: int) -> bool:
-        ok = self.full_used + pages(tokens, self.P) <= self.full_cap
+    def fits(self, states: int, tokens: int, ev_pages: int = 0, ev_ckpt: int = 0) -> bool:
+        ok = self.full_used - ev_pages + pages(tokens, self.P) <= self.full_cap
         if self.kind == "mamba":
-            return ok and self.other_used + states <= self.other_cap
+            return ok and self.other_used - ev_ckpt + states <= self.other_cap
         win = states * window_pages(self.window, self.P)
-        return ok and self.other_used + win <= self.other_cap
+        return ok and self.other_used - ev_ckpt + win <= self.other_cap
 
     def fits_alone(self, tokens: int) -> bool:
         other = 1 if self.kind == "mamba" else window_pages(self.window, self.P)
@@ -201,6 +258,48 @@ class SplitBackend(Backend):
 
     def usage(self) -> tuple[int, int]:
         return self.full_used * self.full_page, self.other_used * self.other_unit
+
+    # -- prefix cache: counts only (tree pages stay in full_used) --
+
+    def tree_adopt(self, r: int, held: int, k: int, keep_window: bool = False) -> tuple[Any, Any]:
+        win = None
+        if self.kind == "swa":
+            gone = int(swa_pages(np.int64(held), self.P, self.window)) - int(
+                swa_pages(np.int64(max(held - k * self.P, 0)), self.P, self.window)
+            )
+            if keep_window and gone > 0:
+                win = gone
+            else:
+                self.other_used -= gone
+                self.bytes_freed += gone * self.other_unit
+        return k, win
+
+    def tree_free(self, handle: Any) -> None:
+        self.full_used -= int(handle)
+        self.bytes_freed += int(handle) * self.full_page
+
+    def tree_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        return k, int(handle) - k
+
+    def ckpt_copy(self) -> Any:
+        if self.kind != "mamba" or self.other_used + 1 > self.other_cap:
+            self.short = "ckpt"
+            return None
+        self.other_used += 1
+        return 1
+
+    def ckpt_donate(self, r: int) -> Any:
+        if r not in self.stateful:
+            return None
+        self.stateful.remove(r)
+        return 1
+
+    def ckpt_free(self, handle: Any) -> None:
+        self.other_used -= int(handle)
+        self.bytes_freed += int(handle) * self.other_unit
+
+    def ckpt_units(self, handle: Any) -> int:
+        return int(handle)
 
 
 def sglang_default_share(shape: ModelShape) -> float:
@@ -348,6 +447,9 @@ class PaddedBackend(Backend):
         self.cap = self.total_bytes // self.block
         self.used = 0
         self.states = 0
+        self.stateful: set[int] = set()
+        self.page_tokens = self.B
+        self.short = "any"
 
     def admit(self, r: int) -> bool:
         if self.kind != "mamba":
@@ -356,6 +458,7 @@ class PaddedBackend(Backend):
             return False
         self.used += self.other_groups
         self.states += 1
+        self.stateful.add(r)
         return True
 
     def _blocks(self, held: Any) -> np.ndarray:
@@ -380,19 +483,25 @@ class PaddedBackend(Backend):
         return True
 
     def release(self, rids: np.ndarray, held: np.ndarray) -> None:
-        states = int(rids.size) if self.kind == "mamba" else 0
+        states = 0
+        if self.kind == "mamba":
+            for r in rids.tolist():
+                if r in self.stateful:
+                    self.stateful.remove(r)
+                    states += 1
         n = int(self._blocks(held).sum()) + states * self.other_groups
         self.used -= n
         self.states -= states
         self.bytes_freed += n * self.block
 
-    def fits(self, states: int, tokens: int) -> bool:
+    def fits(self, states: int, tokens: int, ev_pages: int = 0, ev_ckpt: int = 0) -> bool:
         need = self.full_groups * pages(tokens, self.B)
         if self.kind == "mamba":
             need += states * self.other_groups
         else:
             need += self.other_groups * states * window_pages(self.window, self.B_other)
-        return self.used + need <= self.cap
+        free = self.cap - self.used + ev_pages * self.full_groups + ev_ckpt * self.other_groups
+        return need <= free
 
     def fits_alone(self, tokens: int) -> bool:
         states = self.other_groups if self.kind == "mamba" else 0
@@ -403,6 +512,51 @@ class PaddedBackend(Backend):
             other = self.states * self.other_groups * self.block
             return self.used * self.block - other, other
         return self.used * self.block, 0
+
+    # -- prefix cache (vLLM's block pool: cached blocks stay in ``used``) --
+
+    def tree_adopt(self, r: int, held: int, k: int, keep_window: bool = False) -> tuple[Any, Any]:
+        win = None
+        if self.kind == "swa":
+            rest = max(held - k * self.B, 0)
+            gone = int(swa_pages(np.int64(held), self.B_other, self.window)) - int(
+                swa_pages(np.int64(rest), self.B_other, self.window)
+            )
+            if keep_window and gone > 0:
+                win = gone
+            else:
+                self.used -= gone * self.other_groups
+                self.bytes_freed += gone * self.other_groups * self.block
+        return k, win
+
+    def tree_free(self, handle: Any) -> None:
+        self.used -= int(handle) * self.full_groups
+        self.bytes_freed += int(handle) * self.full_groups * self.block
+
+    def tree_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        return k, int(handle) - k
+
+    def ckpt_copy(self) -> Any:
+        if self.kind != "mamba" or self.used + self.other_groups > self.cap:
+            return None
+        self.used += self.other_groups
+        self.states += 1
+        return 1
+
+    def ckpt_donate(self, r: int) -> Any:
+        if r not in self.stateful:
+            return None
+        self.stateful.remove(r)
+        return 1
+
+    def ckpt_free(self, handle: Any) -> None:
+        self.used -= int(handle) * self.other_groups
+        if self.kind == "mamba":
+            self.states -= int(handle)
+        self.bytes_freed += int(handle) * self.other_groups * self.block
+
+    def ckpt_units(self, handle: Any) -> int:
+        return int(handle)
 
 
 # ----- the real pool ------------------------------------------------------------------------
@@ -488,6 +642,8 @@ class UnifiedBackend(Backend):
         self.slot: dict[int, np.ndarray] = {}
         self._full_live = 0
         self._other_live = 0
+        self.page_tokens = page_size
+        self.short = "any"
 
     def admit(self, r: int) -> bool:
         self.pages[r] = []
@@ -547,13 +703,19 @@ class UnifiedBackend(Backend):
         full, other = [], []
         for r in rids.tolist():
             full.extend(self.pages.pop(r))
-            other.append(self.slot.pop(r) if self.kind == "mamba" else self.swa.pop(r))
+            if self.kind == "mamba":
+                slot = self.slot.pop(r, None)
+                if slot is not None:
+                    other.append(slot)
+            else:
+                other.append(self.swa.pop(r))
         # SWA: the composite free releases the full side and the SWA pages still bound
         # (the ids in ``other``); Mamba: the tokens and the state slots separately.
         n_other = sum(int(o.size) for o in other)
         if full:
             ids = np.concatenate(full)
-            self.alloc.free(ids)
+            if ids.size:
+                self.alloc.free(ids)
             self._full_live -= int(ids.size)
             self.bytes_freed += int(ids.size) * self.full_page
         if self.kind == "mamba" and n_other:
@@ -561,21 +723,30 @@ class UnifiedBackend(Backend):
         self._other_live -= n_other
         self.bytes_freed += n_other * self.other_unit
 
-    def fits(self, states: int, tokens: int) -> bool:
+    def fits(self, states: int, tokens: int, ev_pages: int = 0, ev_ckpt: int = 0) -> bool:
+        # Evictable tree memory counts as free: its bytes return to the one gap.
+        ev_bytes = ev_pages * self.full_page + ev_ckpt * self.other_unit
         if self.kind == "mamba":
-            if states > self.other.available_size():
+            if states > self.other.available_size() + ev_bytes // self.other_unit:
                 return False
             # The two sides share one gap: charge the states in full-side pages.
             charge = pages(states * self.other_unit, self.full_page) * self.P
-            return tokens + charge <= self.full.available_size()
+            return (
+                tokens + charge
+                <= self.full.available_size() + (ev_bytes // self.full_page) * self.P
+            )
         # SWA: a window's pages are bound on both sides at once, so they need the joint
         # room; the rest of the tokens need full pages only, in what remains of the gap
         # once the windows' SWA bytes are taken (charged in full pages, as for states).
         win = states * window_pages(self.window, self.P)
-        if win * self.P > self.alloc.available_size():
+        joint = ev_bytes // (self.full_page + self.other_unit)
+        if win * self.P > self.alloc.available_size() + joint * self.P:
             return False
         charge = pages(win * self.other_unit, self.full_page) * self.P
-        return tokens + charge <= self.alloc.full_available_size()
+        return (
+            tokens + charge
+            <= self.alloc.full_available_size() + (ev_bytes // self.full_page) * self.P
+        )
 
     def fits_alone(self, tokens: int) -> bool:
         other = self.other_unit * (1 if self.kind == "mamba" else window_pages(self.window, self.P))
@@ -587,6 +758,59 @@ class UnifiedBackend(Backend):
 
     def bytes_moved(self) -> int:
         return int(self.pool.stats().bytes_moved)
+
+    # -- prefix cache: the tree holds real page ids and state slots of the pool --
+
+    def tree_adopt(self, r: int, held: int, k: int, keep_window: bool = False) -> tuple[Any, Any]:
+        own = self.pages.get(r, [])
+        ids = np.concatenate(own) if own else np.empty(0, dtype=np.int64)
+        take, rest = ids[:k], ids[k:]
+        self.pages[r] = [rest] if rest.size else []
+        win = None
+        if self.kind == "swa":
+            bound = self.swa[r]
+            inside = np.isin(bound, take)
+            moved = bound[inside]
+            self.swa[r] = bound[~inside]
+            if keep_window and moved.size:
+                win = moved
+            elif moved.size:
+                self.alloc.free_swa(moved)
+                self._other_live -= int(moved.size)
+                self.bytes_freed += int(moved.size) * self.other_unit
+        return take, win
+
+    def tree_free(self, handle: Any) -> None:
+        if handle.size:
+            self.alloc.free(handle)
+        self._full_live -= int(handle.size)
+        self.bytes_freed += int(handle.size) * self.full_page
+
+    def tree_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        return handle[:k], handle[k:]
+
+    def ckpt_copy(self) -> Any:
+        if self.kind != "mamba":
+            return None
+        got = self.other.alloc(1, host=True)
+        if got is None:
+            return None
+        self._other_live += 1
+        return got.numpy()
+
+    def ckpt_donate(self, r: int) -> Any:
+        return self.slot.pop(r, None) if self.kind == "mamba" else None
+
+    def ckpt_free(self, handle: Any) -> None:
+        if self.kind == "mamba":
+            self.other.free(handle)
+        else:
+            self.alloc.free_swa(handle)
+        self._other_live -= int(handle.size)
+        self.bytes_freed += int(handle.size) * self.other_unit
+
+    def ckpt_units(self, handle: Any) -> int:
+        return int(handle.size)
 
 
 def _parts(ids: np.ndarray, need: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:

@@ -1,23 +1,30 @@
 """The serving loop: a deterministic, step-by-step model of a continuous-batching engine.
 
-Each step (``STEP_S`` of simulated time) does what an SGLang-style scheduler does:
+Each step does what an SGLang-style scheduler does:
 
-1. arrivals join the FCFS queue;
-2. decode: every running request past its prefill grows by one token; if the memory
-   does not fit, the newest decoding requests are retracted (everything released, the
-   request goes back to the head of the queue and later re-prefills its prompt plus the
-   tokens it had generated) until it does;
-3. requests that reached their output length complete and release their memory;
+1. arrivals join the FCFS queue (with nothing running and nothing queued, time jumps to
+   the next arrival);
+2. decode: every running request past its prefill grows by one token; if the memory does
+   not fit, the prefix cache evicts (if there is one), else the newest decoding requests
+   are retracted (everything released, the request goes back to the head of the queue and
+   later re-prefills its prompt plus the tokens it had generated) until it does;
+3. requests that reached their output length complete and release their memory (with a
+   prefix cache, their sequence is cached first);
 4. chunked prefill, up to ``CHUNK`` tokens: running prefills continue first, then queued
-   requests are admitted in order while the budget lasts. Admission needs the request's
-   state slot (Mamba) and its first chunk, and keeps back, as SGLang's ``new_token_ratio``
-   does, ``ratio × remaining output tokens`` of every running request. The ratio starts
-   at ``RATIO_INIT``, decays by ``RATIO_DECAY`` a step to ``RATIO_MIN``, and is reset
-   to ``RATIO_INIT`` by a retraction. The queue head that does not fit blocks the queue.
+   requests are admitted in order while the budget lasts. Admission reuses the longest
+   cached prefix (prefix cache), needs the request's state slot (Mamba) and its first
+   chunk, and keeps back, as SGLang's ``new_token_ratio`` does, ``ratio × remaining output
+   tokens`` of every running request, counting what the cache could evict as free (SGLang's
+   ``available + evictable``). The ratio starts at ``RATIO_INIT``, decays by
+   ``RATIO_DECAY`` a step to ``RATIO_MIN``, and is reset to ``RATIO_INIT`` by a
+   retraction. The queue head that does not fit blocks the queue; ``max_running`` caps the
+   requests running at once (SGLang's ``max_running_requests``). The step in which a
+   request's prefill completes yields its first output token.
 
-Every step costs the same simulated time whatever the batch (a pure capacity model: more
-requests in memory is more throughput). Nothing is random here: the trace carries all of
-the randomness, so the same trace gives the same result.
+The step then costs ``clock.step_time(...)`` of simulated time (:mod:`ukv.sim.clock`: a
+fixed 25 ms, or a model measured on the GPU from what the step reads and computes).
+Nothing is random here: the trace carries all of the randomness, so the same trace gives
+the same result.
 """
 
 from __future__ import annotations
@@ -29,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ukv.sim.backends import Backend
+from ukv.sim.clock import Clock, FixedClock
+from ukv.sim.prefix import RadixCache
 from ukv.sim.traces import Trace
 
-STEP_S = 0.025
-"""Simulated seconds per scheduler step (one decode iteration of a large batch)."""
 CHUNK = 8192
 """Prefill tokens per step (SGLang's default ``chunked_prefill_size``)."""
 RATIO_INIT = 0.7
@@ -43,6 +50,8 @@ RATIO_DECAY = 0.001
 """SGLang's per-step ``new_token_ratio`` decay."""
 SAMPLE_EVERY = 20
 """Steps between the byte samples of the timeline (the plot)."""
+IDLE_STEP_S = 1e-3
+"""Time a step that did no work at all costs (so that time always advances)."""
 
 
 @dataclass
@@ -52,22 +61,34 @@ class Run:
     Attributes:
         backend: The backend's name.
         steps: Steps simulated.
+        makespan: Simulated seconds from the first arrival to the last completion.
         running: shape ``[steps]`` int32, requests holding memory after each step.
+        times: shape ``[steps]`` float64, simulated time at the end of each step.
+        durations: shape ``[steps]`` float64, simulated seconds each step took.
         timeline: rows ``(time s, full-side bytes, other-side bytes, running)``, every
             ``SAMPLE_EVERY`` steps.
-        admitted_at, finished_at: shape ``[N]`` float64 seconds (NaN: never).
+        admitted_at, first_at, finished_at: shape ``[N]`` float64 seconds (NaN: never):
+            first admission, first output token, completion.
         generated: Output tokens produced (re-generated ones after a retraction count once).
         retractions: Requests retracted.
         rejected: Requests dropped because they do not fit even alone.
         bytes_moved, bytes_freed: Compaction bytes moved, bytes released.
         wall_s: Host seconds the run took.
+        prompt_tokens, hit_tokens: Prompt tokens of first admissions, and how many of them
+            came from the prefix cache.
+        prefill_tokens: Tokens prefilled (recomputation after a retraction included).
+        cache: The prefix cache's counters (empty without one).
     """
 
     backend: str
     steps: int
+    makespan: float
     running: np.ndarray
+    times: np.ndarray
+    durations: np.ndarray
     timeline: np.ndarray
     admitted_at: np.ndarray
+    first_at: np.ndarray
     finished_at: np.ndarray
     generated: int
     retractions: int
@@ -76,6 +97,11 @@ class Run:
     bytes_freed: int
     wall_s: float
     total_bytes: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    prefill_tokens: int = 0
+    cache: dict = field(default_factory=dict)
+    clock: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 
@@ -99,13 +125,23 @@ class _Progress:
 
 
 def simulate(
-    trace: Trace, backend: Backend, *, max_steps: int = 2_000_000, progress: bool = False
+    trace: Trace,
+    backend: Backend,
+    *,
+    clock: Clock | None = None,
+    cache: RadixCache | None = None,
+    max_running: int | None = None,
+    max_steps: int = 2_000_000,
+    progress: bool = False,
 ) -> Run:
     """Serve ``trace`` from ``backend`` until every request completes.
 
     Args:
         trace: The requests.
         backend: The memory layout.
+        clock: Seconds per step (default: the fixed 25 ms clock).
+        cache: A prefix cache over ``backend`` (None: no prefix caching).
+        max_running: Most requests running at once (None: no cap).
         max_steps: Stop after this many steps (a request that can never fit stalls the
             queue forever; the run then ends with it unfinished).
         progress: Draw a progress bar on stderr.
@@ -114,17 +150,38 @@ def simulate(
         Run: the raw results.
     """
     t0 = time.perf_counter()
-    s = _State(trace)
+    clk = clock if clock is not None else FixedClock()
+    s = _State(trace, backend, cache, max_running)
     bar = _Progress(backend.name, len(trace), progress)
-    running_hist = []
+    running_hist: list[int] = []
+    times: list[float] = []
+    durs: list[float] = []
     timeline = []
     step = 0
-    while s.done < len(trace) and step < max_steps:
-        now = step * STEP_S
+    now = 0.0
+    n = len(trace)
+    on_time = getattr(backend, "on_time", None)
+    while s.done < n and step < max_steps:
+        if on_time is not None:
+            on_time(now)
         s.arrive(now)
-        s.decode(backend, now)
-        s.prefill(backend, now)
+        if not s.run and not s.queue:
+            if s.next_arrival >= n:
+                break
+            now = max(now, float(s.arrival[s.next_arrival]))
+            continue
+        s.begin_step()
+        s.decode()
+        s.prefill(now)
+        if s.step_ctx or s.step_chunks:
+            dt = clk.step_time(np.asarray(s.step_ctx, dtype=np.int64), s.step_chunks)
+        else:
+            dt = IDLE_STEP_S
+        now += dt
+        s.stamp(now)
         running_hist.append(len(s.run))
+        times.append(now)
+        durs.append(dt)
         if step % SAMPLE_EVERY == 0:
             full, other = backend.usage()
             timeline.append((now, full, other, len(s.run)))
@@ -134,12 +191,31 @@ def simulate(
             bar.update(s.done)
     bar.update(s.done)
     bar.close()
+    done = ~np.isnan(s.finished_at)
+    end = float(np.nanmax(s.finished_at)) if done.any() else now
+    start = float(trace.arrival[0]) if n else 0.0
+    stats = {}
+    if cache is not None:
+        pages_held, ckpts = cache.held()
+        stats = {
+            "nodes": cache.nodes,
+            "pages_held_end": pages_held,
+            "ckpts_held_end": ckpts,
+            "evicted_pages": cache.evicted_pages,
+            "evicted_ckpts": cache.evicted_ckpts,
+            "policy": cache.policy,
+            "eviction": cache.eviction,
+        }
     return Run(
         backend=backend.name,
         steps=step,
+        makespan=max(end - start, 1e-9),
         running=np.asarray(running_hist, dtype=np.int32),
+        times=np.asarray(times, dtype=np.float64),
+        durations=np.asarray(durs, dtype=np.float64),
         timeline=np.asarray(timeline, dtype=np.float64).reshape(-1, 4),
         admitted_at=s.admitted_at,
+        first_at=s.first_at,
         finished_at=s.finished_at,
         generated=int(s.generated.sum()),
         retractions=s.retractions,
@@ -148,30 +224,72 @@ def simulate(
         bytes_freed=backend.bytes_freed,
         wall_s=time.perf_counter() - t0,
         total_bytes=backend.total_bytes,
+        prompt_tokens=s.prompt_tokens,
+        hit_tokens=s.hit_tokens,
+        prefill_tokens=s.prefill_tokens,
+        cache=stats,
+        clock=clk.describe(),
     )
 
 
 class _State:
-    """Per-request numpy bookkeeping of one run."""
+    """Per-request numpy bookkeeping of one run.
 
-    def __init__(self, trace: Trace) -> None:
+    Per request: ``tree`` pages of its tokens the prefix cache holds (locked at ``node``),
+    ``held`` tokens it holds itself beyond them, ``computed`` tokens prefilled (cached
+    ones included) out of ``target``.
+    """
+
+    def __init__(
+        self, trace: Trace, backend: Backend, cache: RadixCache | None, max_running: int | None
+    ) -> None:
         n = len(trace)
+        self.b, self.cache, self.cap = backend, cache, max_running
+        self.G = cache.G if cache is not None else 1
         self.arrival = trace.arrival
         self.prompt = trace.prompt_len.astype(np.int64)
         self.output = trace.output_len.astype(np.int64)
         self.target = self.prompt.copy()  # tokens to prefill (prompt + regenerated)
-        self.computed = np.zeros(n, np.int64)  # tokens prefilled so far
-        self.held = np.zeros(n, np.int64)  # tokens held in memory
+        self.computed = np.zeros(n, np.int64)  # tokens prefilled so far (cached included)
+        self.held = np.zeros(n, np.int64)  # tokens held by the request itself
+        self.tree = np.zeros(n, np.int64)  # pages of its prefix the cache holds
+        self.node: dict[int, object] = {}
+        self.branch = np.zeros(n, np.int64)  # Marconi: a branch point to checkpoint
         self.generated = np.zeros(n, np.int64)
         self.admitted_at = np.full(n, np.nan)
+        self.first_at = np.full(n, np.nan)
         self.finished_at = np.full(n, np.nan)
         self.rejected = np.zeros(n, dtype=bool)
+        self.seen = np.zeros(n, dtype=bool)
         self.queue: list[int] = []
         self.next_arrival = 0
         self.run: list[int] = []  # admission order
         self.done = 0
         self.retractions = 0
         self.ratio = RATIO_INIT
+        self.prompt_tokens = 0
+        self.hit_tokens = 0
+        self.prefill_tokens = 0
+        self.policy = cache.policy if cache is not None else "none"
+        self.ckpt = None
+        if cache is not None and cache.needs_ckpt:
+            self.ckpt = "window" if getattr(backend, "kind", "") == "swa" else "copy"
+        self.begin_step()
+
+    # -- step accounting --
+
+    def begin_step(self) -> None:
+        self.step_ctx: list[int] = []
+        self.step_chunks: list[tuple[int, int]] = []
+        self.step_first: list[int] = []
+        self.step_fin: list[int] = []
+        self.pending_fin: list[int] = []
+
+    def stamp(self, now: float) -> None:
+        if self.step_first:
+            self.first_at[self.step_first] = now
+        if self.step_fin:
+            self.finished_at[self.step_fin] = now
 
     def arrive(self, now: float) -> None:
         j = int(np.searchsorted(self.arrival, now, side="right"))
@@ -179,34 +297,134 @@ class _State:
             self.queue.extend(range(self.next_arrival, j))
             self.next_arrival = j
 
-    def decode(self, backend: Backend, now: float) -> None:
+    # -- memory with eviction --
+
+    def _evict(self, default: str) -> bool:
+        """Evict one item; ``default`` is what the failed allocation lacked where the
+        layout cannot tell (one pool: a grow lacks KV room, an admission a state)."""
+        c = self.cache
+        if c is None:
+            return False
+        kind = self.b.short if self.b.short in ("full", "ckpt") else default
+        return c.evict(kind if c.eviction == "split" else "any")
+
+    def _grow(self, rids: np.ndarray, old: np.ndarray, new: np.ndarray) -> bool:
+        while True:
+            if self.b.grow(rids, old, new):
+                return True
+            if not self._evict("full"):
+                return False
+
+    def _admit_state(self, r: int) -> bool:
+        while True:
+            if self.b.admit(r):
+                return True
+            if not self._evict("ckpt"):
+                return False
+
+    def _ev(self) -> tuple[int, int]:
+        c = self.cache
+        return (c.ev_pages, c.ev_ckpt) if c is not None else (0, 0)
+
+    # -- the prefix cache's side of a request --
+
+    def _insert(self, r: int, upto: int, ckpt: str | None) -> None:
+        """Cache ``r``'s pages ``[0, upto)`` and move its lock to the node there."""
+        c = self.cache
+        assert c is not None
+        if upto <= self.tree[r] and ckpt is None:
+            return
+        upto = max(upto, int(self.tree[r]))
+        node, taken = c.insert(r, upto, int(self.tree[r]), int(self.held[r]), ckpt)
+        self.held[r] -= taken
+        self.tree[r] = upto
+        old = self.node.get(r)
+        if node is not old:
+            c.lock(node)
+            c.unlock(old)  # type: ignore[arg-type]
+            self.node[r] = node
+
+    def _release(self, r: int) -> None:
+        """Give back everything ``r`` holds itself, and its lock on the cache."""
+        self.b.release(np.array([r]), self.held[[r]])
+        self.held[r] = 0
+        if self.cache is not None:
+            self.cache.unlock(self.node.pop(r, None))  # type: ignore[arg-type]
+        self.tree[r] = 0
+
+    def _finish_cache(self, r: int) -> None:
+        """Cache a finished request's sequence (SGLang's ``cache_finished_req``)."""
+        c = self.cache
+        if c is None:
+            return
+        total = int(self.tree[r]) * self.G + int(self.held[r])
+        upto = total // self.G
+        if self.policy == "vllm":
+            ck = "donate" if self.ckpt == "copy" and total % self.G == 0 else None
+            if self.ckpt == "window":
+                ck = "window"
+        elif self.ckpt == "copy":
+            ck = "donate"
+        else:
+            ck = self.ckpt
+        self._insert(r, upto, ck)
+
+    def _after_chunk(self, r: int) -> None:
+        """Cache what a prefill chunk computed, as the policy says."""
+        c = self.cache
+        if c is None:
+            return
+        done = int(self.computed[r])
+        if self.policy in ("sglang", "none"):
+            self._insert(r, done // self.G, self.ckpt)
+        elif self.policy == "vllm":
+            if done // self.G > self.tree[r]:
+                self._insert(r, done // self.G, self.ckpt)
+        elif self.policy == "marconi":
+            b = int(self.branch[r])
+            if b and done // self.G >= b > self.tree[r]:
+                self._insert(r, b, self.ckpt)
+                self.branch[r] = 0
+
+    # -- the step --
+
+    def decode(self) -> None:
         if not self.run:
             return
         run = np.asarray(self.run, dtype=np.int64)
-        dec = run[self.computed[run] >= self.target[run]]
+        dec = run[(self.computed[run] >= self.target[run]) & (self.generated[run] >= 1)]
         while dec.size:
             old = self.held[dec]
-            if backend.grow(dec, old, old + 1):
+            if self._grow(dec, old, old + 1):
                 break
-            dec = self._retract(backend, dec)
+            dec = self._retract(dec)
         if dec.size == 0:
             return
         self.held[dec] += 1
         self.generated[dec] += 1
+        ctx = self.tree[dec] * self.G + self.held[dec]
+        self.step_ctx.extend(ctx.tolist())
+        if self.cache is not None and self.policy == "vllm":
+            cross = dec[(ctx % self.G == 0) & (self.generated[dec] < self.output[dec])]
+            for r in cross.tolist():
+                self._insert(r, int(self.tree[r] * self.G + self.held[r]) // self.G, self.ckpt)
         fin = dec[self.generated[dec] >= self.output[dec]]
         if fin.size:
-            backend.release(fin, self.held[fin])
-            self.held[fin] = 0
-            self.finished_at[fin] = now
-            self.done += int(fin.size)
-            gone = set(fin.tolist())
-            self.run = [r for r in self.run if r not in gone]
+            self._complete(fin)
 
-    def _retract(self, backend: Backend, dec: np.ndarray) -> np.ndarray:
+    def _complete(self, fin: np.ndarray) -> None:
+        for r in fin.tolist():
+            self._finish_cache(r)
+            self._release(r)
+        self.step_fin.extend(fin.tolist())
+        self.done += int(fin.size)
+        gone = set(fin.tolist())
+        self.run = [r for r in self.run if r not in gone]
+
+    def _retract(self, dec: np.ndarray) -> np.ndarray:
         """Retract the newest decoding request; return the rest."""
         victim = int(dec[-1])
-        backend.release(dec[-1:], self.held[dec[-1:]])
-        self.held[victim] = 0
+        self._release(victim)
         self.computed[victim] = 0
         self.target[victim] = self.prompt[victim] + self.generated[victim]
         self.run.remove(victim)
@@ -215,14 +433,13 @@ class _State:
         self.ratio = RATIO_INIT
         return dec[:-1]
 
-    def _unstick(self, backend: Backend, r: int) -> None:
+    def _unstick(self, r: int) -> None:
         """A prefill chunk did not fit: wait for decodes to free memory, or, with none
         decoding (nothing will ever be freed), retract this request."""
         run = np.asarray(self.run, dtype=np.int64)
-        if (self.computed[run] >= self.target[run]).any():
+        if ((self.computed[run] >= self.target[run]) & (self.generated[run] >= 1)).any():
             return
-        backend.release(np.array([r]), self.held[[r]])
-        self.held[r] = 0
+        self._release(r)
         self.computed[r] = 0
         self.run.remove(r)
         self.queue.insert(0, r)
@@ -238,62 +455,100 @@ class _State:
             self.ratio * float(out.sum())
         )
 
-    def prefill(self, backend: Backend, now: float) -> None:
+    def prefill(self, now: float) -> None:
+        self._prefill(now)
+        if self.pending_fin:  # requests whose only output token came from the prefill
+            fin = np.asarray(self.pending_fin, dtype=np.int64)
+            self.pending_fin = []
+            self._complete(fin)
+
+    def _prefill(self, now: float) -> None:
         budget = CHUNK
-        for r in self.run:
+        for r in list(self.run):
             if budget == 0:
                 return
             left = int(self.target[r] - self.computed[r])
             if left > 0:
-                got = self._chunk(backend, r, min(left, budget))
+                got = self._chunk(r, min(left, budget))
                 if got == 0:
-                    self._unstick(backend, r)
+                    self._unstick(r)
                     return
                 budget -= got
                 if self.computed[r] < self.target[r]:
                     return  # still prefilling: it keeps the rest of the budget next step
         reserve = self._reserve()
         while budget > 0 and self.queue:
+            if self.cap is not None and len(self.run) >= self.cap:
+                return
             r = self.queue[0]
-            if not backend.fits_alone(int(self.target[r] + self.output[r] - self.generated[r])):
-                self._reject(r, now)
+            if not self.b.fits_alone(int(self.target[r] + self.output[r] - self.generated[r])):
+                self._reject(r)
                 continue
-            first = min(int(self.target[r]), budget)
+            node, hit_pages, branch = None, 0, 0
+            if self.cache is not None:
+                node, hit_pages, branch = self.cache.match(r, int(self.target[r]) - 1)
+                self.cache.lock(node)  # type: ignore[arg-type]
+            hit = hit_pages * self.G
+            need = int(self.target[r]) - hit
+            first = min(need, budget)
             # The whole prompt is kept back (a chunked prefill must be able to finish),
             # and ratio × the output, as SGLang's PrefillAdder does.
-            want = int(self.target[r]) + int(self.ratio * float(self.output[r] - self.generated[r]))
-            if not backend.fits(1, reserve + want) or not backend.admit(r):
-                self._reject_if_alone(r, now)
+            want = need + int(self.ratio * float(self.output[r] - self.generated[r]))
+            ev_pages, ev_ckpt = self._ev()
+            if not self.b.fits(1, reserve + want, ev_pages, ev_ckpt) or not self._admit_state(r):
+                if self.cache is not None:
+                    self.cache.unlock(node)  # type: ignore[arg-type]
+                self._reject_if_alone(r)
                 return
-            if self._chunk(backend, r, first) == 0:
-                backend.release(np.array([r]), np.zeros(1, np.int64))
-                self._reject_if_alone(r, now)
+            self.tree[r] = hit_pages
+            self.computed[r] = hit
+            self.held[r] = 0
+            if node is not None:
+                self.node[r] = node
+            if self.policy == "marconi" and self.ckpt == "copy" and branch > hit_pages:
+                self.branch[r] = branch
+            if self._chunk(r, first) == 0:
+                self._release(r)
+                self.computed[r] = 0
+                self._reject_if_alone(r)
                 return
             self.queue.pop(0)
             self.run.append(r)
-            if np.isnan(self.admitted_at[r]):
+            if not self.seen[r]:
+                self.seen[r] = True
                 self.admitted_at[r] = now
+                self.prompt_tokens += int(self.prompt[r])
+                self.hit_tokens += min(hit, int(self.prompt[r]))
             budget -= first
             reserve += want
 
-    def _reject(self, r: int, now: float) -> None:
+    def _reject(self, r: int) -> None:
         """Drop the queue head: it would not fit even alone (an engine's context check)."""
         self.queue.pop(0)
         self.rejected[r] = True
         self.finished_at[r] = np.nan
         self.done += 1
 
-    def _reject_if_alone(self, r: int, now: float) -> None:
+    def _reject_if_alone(self, r: int) -> None:
         """With nothing running, a head that cannot start never will: reject it."""
         if not self.run:
-            self._reject(r, now)
+            self._reject(r)
 
-    def _chunk(self, backend: Backend, r: int, n: int) -> int:
+    def _chunk(self, r: int, n: int) -> int:
         """Prefill ``n`` tokens of ``r``; 0 when they do not fit."""
         rid = np.array([r], dtype=np.int64)
         old = self.held[rid]
-        if not backend.grow(rid, old, old + n):
+        if not self._grow(rid, old, old + n):
             return 0
+        start = int(self.computed[r])
         self.held[r] += n
         self.computed[r] += n
+        self.prefill_tokens += n
+        self.step_chunks.append((start, n))
+        self._after_chunk(r)
+        if self.computed[r] >= self.target[r] and self.generated[r] == 0:
+            self.generated[r] = 1  # the prefill's last position yields the first token
+            self.step_first.append(r)
+            if self.output[r] <= 1:
+                self.pending_fin.append(r)
         return n

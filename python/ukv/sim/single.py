@@ -2,24 +2,22 @@
 one pool, so the unified pool, SGLang's split and vLLM's padded pool are the same layout.
 
 :class:`SingleKindBackend` counts that one pool (pages of ``page_size`` tokens, or one slot
-per request for a pure state model); :func:`compare_single` serves a trace on it and
-returns a :class:`~ukv.sim.baselines.Comparison` with the one layout, labelled
-``"unified"`` (ratios: none, there is nothing to compare against).
+per request for a pure state model). It is also SGLang's layout for Gemma 2/3, which SGLang
+serves with hybrid SWA memory off (every layer keeps full KV):
+:func:`ukv.sim.baselines.all_full_shape` makes that shape.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from ukv.errors import PoolConfigError
 from ukv.models import ModelShape
-from ukv.sim import metrics
 from ukv.sim.backends import Backend, pages, swa_pages, swa_step, window_pages
-from ukv.sim.baselines import Comparison
-from ukv.sim.engine import simulate
-from ukv.sim.traces import Trace
 
-__all__ = ["SingleKindBackend", "compare_single"]
+__all__ = ["SingleKindBackend"]
 
 
 class SingleKindBackend(Backend):
@@ -65,6 +63,8 @@ class SingleKindBackend(Backend):
         self.cap = self.total_bytes // self.unit
         self.used = 0
         self.states = 0
+        self.page_tokens = page_size
+        self.short = "full"
 
     def _held(self, tokens: np.ndarray | int) -> np.ndarray:
         if self.kind == "full":
@@ -102,11 +102,11 @@ class SingleKindBackend(Backend):
         self.used -= n
         self.bytes_freed += n * self.unit
 
-    def fits(self, states: int, tokens: int) -> bool:
+    def fits(self, states: int, tokens: int, ev_pages: int = 0, ev_ckpt: int = 0) -> bool:
         if self.kind == "state":
             return self.used + states <= self.cap
         if self.kind == "full":
-            return self.used + int(pages(tokens, self.P)) <= self.cap
+            return self.used - ev_pages + int(pages(tokens, self.P)) <= self.cap
         window = states * window_pages(self.window, self.P)
         return self.used + min(window, int(pages(tokens, self.P)) + states) <= self.cap
 
@@ -120,19 +120,21 @@ class SingleKindBackend(Backend):
             return self.used * self.unit, 0
         return 0, self.used * self.unit
 
+    # -- prefix cache (full-attention pools only: tree pages stay in ``used``) --
 
-def compare_single(
-    shape: ModelShape,
-    total_bytes: int,
-    trace: Trace,
-    *,
-    page_size: int = 16,
-    progress: bool = False,
-) -> Comparison:
-    """Serve ``trace`` on the one pool of a single-kind model.
+    def tree_adopt(self, r: int, held: int, k: int, keep_window: bool = False) -> tuple[Any, Any]:
+        assert self.kind == "full", "prefix caching is simulated on full-attention pools"
+        return k, None
 
-    Returns:
-        A comparison with one layout, ``"unified"``, and no ratios.
-    """
-    run = simulate(trace, SingleKindBackend(shape, total_bytes, page_size), progress=progress)
-    return Comparison({"unified": metrics.summarize(run, trace)}, {"unified": run}, 0.0, [])
+    def tree_free(self, handle: Any) -> None:
+        self.used -= int(handle)
+        self.bytes_freed += int(handle) * self.unit
+
+    def tree_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        return k, int(handle) - k
+
+    def ckpt_free(self, handle: Any) -> None:
+        raise AssertionError("a full-attention pool holds no checkpoints")
+
+    def ckpt_units(self, handle: Any) -> int:
+        return 0

@@ -10,7 +10,8 @@ Files (:func:`load`, format told by its content):
 * ukv JSONL: ``{"arrival": s, "prompt_len": n, "output_len": n}`` a line;
 * Mooncake JSONL (kvcache-ai/Mooncake ``FAST25-release/traces``): ``{"timestamp": ms,
   "input_length": n, "output_length": n, "hash_ids": [...]}`` a line; the ``hash_ids``
-  (shared 512-token prompt blocks) are ignored: prefix caching is not simulated;
+  (shared 512-token prompt blocks) are kept: they drive the prefix cache
+  (:mod:`ukv.sim.prefix`);
 * Azure LLM inference CSV (Azure/AzurePublicDataset, 2023): a ``TIMESTAMP,ContextTokens,
   GeneratedTokens`` header, then wall-clock timestamps (``2023-11-16 18:15:46.6805900``).
 
@@ -46,6 +47,8 @@ LONG_RATE = 8.0
 """Default long-document arrivals per simulated second (Poisson)."""
 PHASES = 4
 """Phases of a phase-shift trace (chat, long, chat, long)."""
+PHASE_S = 120.0
+"""Seconds each phase of :func:`phase_timed` lasts."""
 BUILTIN = ("chat", "long", "phase")
 DEFAULT_REQUESTS = 2000
 """Requests of a generated trace when none is asked for."""
@@ -62,6 +65,8 @@ class Trace:
         output_len: shape ``[N]`` int64, tokens to generate (``>= 1``).
         origin: Where it came from and how it was scaled (one line; empty for a
             generated trace).
+        hash_ids: Per request, the ids of its 512-token prompt blocks (Mooncake); None
+            when the trace says nothing about shared prefixes.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Trace:
     prompt_len: np.ndarray
     output_len: np.ndarray
     origin: str = ""
+    hash_ids: tuple | None = None
 
     def __len__(self) -> int:
         return int(self.arrival.size)
@@ -135,6 +141,50 @@ def phase(n: int, seed: int = 0, phases: int = PHASES) -> Trace:
     return Trace("phase", arr[:n], pl[:n], ol[:n])
 
 
+def phase_timed(
+    seed: int = 0,
+    phases: int = PHASES,
+    duration: float = PHASE_S,
+    chat_rate: float = 4.0,
+    long_rate: float = 0.2,
+) -> Trace:
+    """Phase shifts that last: ``phases`` phases of ``duration`` seconds each, alternating
+    chat (Poisson at ``chat_rate``/s) and long documents (``long_rate``/s), each phase's
+    arrivals inside its own time span (unlike :func:`phase`, whose requests all arrive at
+    once as one backlog). ``name`` says the rates; ``phase_starts`` are the boundaries."""
+    if phases < 2:
+        raise ArgumentError(f"bad argument phases = {phases!r}: need at least 2")
+    _positive(duration, "duration")
+    _positive(chat_rate, "chat_rate")
+    _positive(long_rate, "long_rate")
+    rng = np.random.default_rng([seed, 4])
+    parts = []
+    for i in range(phases):
+        is_long = i % 2 == 1
+        rate = long_rate if is_long else chat_rate
+        t0 = i * duration
+        gaps = rng.exponential(1.0 / rate, int(rate * duration * 2) + 16)
+        arr = t0 + np.cumsum(gaps)
+        arr = arr[arr < t0 + duration]
+        c = int(arr.size)
+        pl = _loguniform(rng, LONG_PROMPT if is_long else CHAT_PROMPT, c)
+        ol = _loguniform(rng, LONG_OUTPUT if is_long else CHAT_OUTPUT, c)
+        parts.append((arr, pl, ol))
+    arr, pl, ol = (np.concatenate(x) for x in zip(*parts))
+    if arr.size == 0:
+        raise ArgumentError("phase_timed: no request arrived; raise the rates or the duration")
+    origin = (
+        f"{phases} phases of {duration:g} s, chat {chat_rate:g}/s and long {long_rate:g}/s, "
+        f"{arr.size:,} requests"
+    )
+    return Trace("phase", arr, pl, ol, origin)
+
+
+def phase_starts(phases: int = PHASES, duration: float = PHASE_S) -> list[float]:
+    """Start times of :func:`phase_timed`'s phases (the per-phase oracle's boundaries)."""
+    return [i * duration for i in range(phases)]
+
+
 def load_jsonl(path: str | Path) -> Trace:
     """Read a ukv JSONL trace: one JSON object a line with ``arrival`` (seconds),
     ``prompt_len`` and ``output_len`` (positive ints); blank lines are skipped; sorted by
@@ -149,17 +199,33 @@ def load_jsonl(path: str | Path) -> Trace:
 
 
 def load_mooncake(path: str | Path) -> Trace:
-    """Read a Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length`` a
-    line (``hash_ids`` ignored: no prefix caching); arrivals in seconds from the first.
+    """Read a Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length`` and
+    ``hash_ids`` (the prompt's 512-token block ids; optional) a line; arrivals in seconds
+    from the first.
 
     Raises:
         ArgumentError: a missing file, a bad line (named with its number), or no requests.
     """
     p = _existing(path)
     keys = ("timestamp", "input_length", "output_length")
-    rows = [_fields(_json(line, n, p), keys, line, n, p) for n, line in _lines(p)]
+    objs = [(_json(line, n, p), line, n) for n, line in _lines(p)]
+    rows = [_fields(o, keys, line, n, p) for o, line, n in objs]
     rows = [(t / 1000.0, pl, ol) for t, pl, ol in rows]
-    return _trace(p, rows, "mooncake jsonl", from_zero=True)
+    hashes = None
+    if objs and all("hash_ids" in o for o, _, _ in objs):
+        hashes = [_hash_ids(o["hash_ids"], line, n, p) for o, line, n in objs]
+    return _trace(p, rows, "mooncake jsonl", from_zero=True, hashes=hashes)
+
+
+def _hash_ids(value: object, line: str, lineno: int, path: Path) -> np.ndarray:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ArgumentError(
+            f"bad trace line {lineno} of {str(path)!r}: {line[:80]!r} (hash_ids must be a "
+            "list of ints)"
+        )
+    return np.asarray(value, dtype=np.int64)
 
 
 def load_azure(path: str | Path) -> Trace:
@@ -264,7 +330,13 @@ def _lines(p: Path) -> list[tuple[int, str]]:
     return [(n, line) for n, line in enumerate(p.read_text().splitlines(), 1) if line.strip()]
 
 
-def _trace(p: Path, rows: list[tuple[float, int, int]], fmt: str, from_zero: bool = False) -> Trace:
+def _trace(
+    p: Path,
+    rows: list[tuple[float, int, int]],
+    fmt: str,
+    from_zero: bool = False,
+    hashes: list[np.ndarray] | None = None,
+) -> Trace:
     """Rows -> a trace sorted by arrival (stable); ``from_zero``: the first arrival at 0."""
     if not rows:
         raise ArgumentError(f"bad trace {str(p)!r}: no requests")
@@ -275,7 +347,10 @@ def _trace(p: Path, rows: list[tuple[float, int, int]], fmt: str, from_zero: boo
         arrival -= arrival[0]
     span = float(arrival[-1] - arrival[0])
     origin = f"{fmt} {p.name}, {len(rows):,} requests over {span:,.1f} s"
-    return Trace(p.stem, arrival, pl[order].astype(np.int64), ol[order].astype(np.int64), origin)
+    hs = tuple(hashes[i] for i in order.tolist()) if hashes is not None else None
+    return Trace(
+        p.stem, arrival, pl[order].astype(np.int64), ol[order].astype(np.int64), origin, hs
+    )
 
 
 def _json(line: str, lineno: int, path: Path) -> dict:
@@ -350,16 +425,29 @@ def make(spec: str, n: int | None = None, seed: int = 0) -> Trace:
         if n is None or n >= len(trace):
             return trace
         _check_n(n)
-        cut = dataclasses.replace(
-            trace,
-            arrival=trace.arrival[:n],
-            prompt_len=trace.prompt_len[:n],
-            output_len=trace.output_len[:n],
-            origin=f"{trace.origin}; first {n:,} requests",
-        )
-        return cut
+        return window(trace, 0, n)
     raise ArgumentError(
         f"bad trace {spec!r}: expected one of {BUILTIN} or a .jsonl / .csv trace file"
+    )
+
+
+def window(trace: Trace, start: int, n: int) -> Trace:
+    """Requests ``[start, start + n)`` of ``trace`` (by arrival), arrivals from the first
+    of them; the seeds of a real trace are windows at different offsets."""
+    _check_n(n)
+    if not 0 <= start < len(trace):
+        raise ArgumentError(f"bad window start {start!r}: the trace has {len(trace)} requests")
+    end = min(start + n, len(trace))
+    sl = slice(start, end)
+    arrival = trace.arrival[sl] - trace.arrival[start]
+    what = f"first {end - start:,} requests" if start == 0 else f"requests {start:,}..{end - 1:,}"
+    return dataclasses.replace(
+        trace,
+        arrival=arrival,
+        prompt_len=trace.prompt_len[sl],
+        output_len=trace.output_len[sl],
+        origin=f"{trace.origin}; {what}",
+        hash_ids=trace.hash_ids[sl] if trace.hash_ids is not None else None,
     )
 
 
