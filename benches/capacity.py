@@ -58,7 +58,15 @@ from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402
 from ukv.sim import baselines, clock, metrics, traces  # noqa: E402
 
-DATA = Path(os.environ.get("UKV_TRACES", ROOT.parent.parent / "shared" / "data" / "traces"))
+def _default_traces() -> Path:
+    """``shared/data/traces`` beside the repository (a checkout) or two levels up (a worktree)."""
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "data" / "traces").is_dir():
+            return base / "shared" / "data" / "traces"
+    return ROOT.parent / "shared" / "data" / "traces"
+
+
+DATA = Path(os.environ.get("UKV_TRACES", _default_traces()))
 """Where the real traces live (``UKV_TRACES`` overrides)."""
 MOONCAKE = "mooncake/conversation_trace.jsonl"
 AZURE = "azure2023/AzureLLMInferenceTrace_conv.csv"

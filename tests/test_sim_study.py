@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = Path("/work/shared/data/traces")
 
 
 def _load():
@@ -35,7 +34,7 @@ def test_confidence_interval_is_students_t():
     assert cap._verdict({"mean": 0.9, "lo": 0.85, "hi": 0.95}) == "LOSES"
 
 
-@pytest.mark.skipif(not (TRACES / "mooncake").is_dir(), reason="needs the shared real traces")
+@pytest.mark.skipif(not (_load().DATA / "mooncake").is_dir(), reason="needs the shared real traces")
 def test_quick_study_runs_end_to_end(tmp_path):
     cap = _load()
     argv = ["--clock", "fixed", "--quick", "--jobs", "1", "--out", str(tmp_path),
