@@ -137,20 +137,30 @@ def swa_bundle(
     return init_unified_swa_pools(**kw)
 
 
-def pair(
-    lazy: bool, page_size: int = 2
-) -> tuple[UnifiedKVPool, MultiEndedAllocator, MultiEndedAllocator]:
-    """A bare drop-in pool with a full (owner) and an SWA (non-owner) allocator."""
-    pool = UnifiedKVPool(
-        total_bytes=1 << 14,
+def full_swa_pool(page_size: int = 1, total_bytes: int = 1 << 14) -> UnifiedKVPool:
+    """A bare drop-in pool of a full (grow-down) and an SWA (grow-up) sub-pool."""
+    return UnifiedKVPool(
+        total_bytes=total_bytes,
         sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
         device=DEV,
         enable_memory_saver=False,
         page_size=page_size,
     )
-    kw: dict[str, Any] = dict(
-        unified_buffer=pool, device=DEV, page_size=page_size, lazy_compaction=lazy
+
+
+def side(pool: UnifiedKVPool, name: str, *, owner: bool, **kw: Any) -> MultiEndedAllocator:
+    """A bare allocator (no ``kvcache``) on sub-pool ``name`` of ``pool``; ``kw`` as
+    ``MultiEndedAllocator``'s (``page_size``, ``lazy_compaction``...)."""
+    return MultiEndedAllocator(
+        kvcache=None, unified_buffer=pool, sub_pool_name=name, device=DEV, is_id_owner=owner, **kw
     )
-    full = MultiEndedAllocator(kvcache=None, sub_pool_name="full", is_id_owner=True, **kw)
-    swa = MultiEndedAllocator(kvcache=None, sub_pool_name="swa", is_id_owner=False, **kw)
+
+
+def pair(
+    lazy: bool, page_size: int = 2
+) -> tuple[UnifiedKVPool, MultiEndedAllocator, MultiEndedAllocator]:
+    """A bare drop-in pool with a full (owner) and an SWA (non-owner) allocator."""
+    pool = full_swa_pool(page_size)
+    full = side(pool, "full", owner=True, page_size=page_size, lazy_compaction=lazy)
+    swa = side(pool, "swa", owner=False, page_size=page_size, lazy_compaction=lazy)
     return pool, full, swa

@@ -19,6 +19,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import re
+import subprocess
 import sys
 import types
 from typing import Any
@@ -178,6 +179,44 @@ def sglang_release() -> str | None:
     from ukv.integrations.sglang.layouts import layout_for
 
     return layout_for(version).version
+
+
+def needs_release(release: str) -> list[Any]:
+    """The ``pytestmark`` of a module that drives SGLang ``release`` (``"0.5.16"``): skip
+    without SGLang, and when ``UKV_SGLANG_PATH`` holds another release."""
+    import pytest
+
+    found = sglang_release()
+    return [
+        pytest.mark.skipif(
+            not sglang_found(),
+            reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
+        ),
+        pytest.mark.skipif(
+            found not in (None, release),
+            reason=f"UKV_SGLANG_PATH holds SGLang {found}, not {release}",
+        ),
+    ]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: it imports the ukv this process imported (the
+    installed wheel, or python/ with a copied-in _core during development) and this
+    directory's plugin; ``extra`` is set on top."""
+    import ukv
+
+    env = dict(os.environ)
+    ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), ukv_root])
+    env.update(extra)
+    return env
+
+
+def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child Python with ``env``, its output captured (15 minutes at most)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def install_finder() -> None:

@@ -28,42 +28,17 @@ import textwrap
 
 import pytest
 
-import ukv
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from sglang_stubs import sglang_found, sglang_release  # noqa: E402
+from sglang_stubs import child_env, needs_release, run_child  # noqa: E402
 
-pytestmark = [
-    pytest.mark.skipif(
-        not sglang_found(),
-        reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
-    ),
-    pytest.mark.skipif(
-        sglang_release() not in (None, "0.5.23"),
-        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}, not 0.5.23",
-    ),
-]
-
-
-def _child_env(side: str) -> dict[str, str]:
-    env = dict(os.environ)
-    ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([HERE, ukv_root])
-    env["UKV_TEST_SIDE"] = side
-    env["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = "python"
-    env.setdefault("TRITON_INTERPRET", "1")
-    return env
+pytestmark = needs_release("0.5.23")  # 0.5.16: tests/test_sglang_dropin_real.py
 
 
 def _run(code: str, side: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env=_child_env(side),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    env = child_env(UKV_TEST_SIDE=side, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
+    env.setdefault("TRITON_INTERPRET", "1")
+    return run_child(code, env)
 
 
 # ----- the scenarios (one child per side) -----------------------------------------------------

@@ -34,11 +34,13 @@ from dropin_builders import (  # noqa: E402
     D,
     Event,
     H,
+    full_swa_pool,
     mamba,
     mamba_bundle,
     mha,
     pair,
     settle,
+    side,
     swa_bundle,
 )
 
@@ -181,30 +183,10 @@ def test_spec_geometry_matches_the_contract() -> None:
 
 
 def test_allocators_fix_the_page_size_after_the_pool() -> None:
-    pool = UnifiedKVPool(
-        total_bytes=1 << 14,
-        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device=DEV,
-        enable_memory_saver=False,
-        page_size=1,
-    )
+    pool = full_swa_pool(1)
     assert not pool.is_built
-    full = MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="full",
-        device=DEV,
-        is_id_owner=True,
-        page_size=4,
-    )
-    swa = MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="swa",
-        device=DEV,
-        is_id_owner=False,
-        page_size=4,
-    )
+    full = side(pool, "full", owner=True, page_size=4)
+    swa = side(pool, "swa", owner=False, page_size=4)
     assert pool.is_built and pool.page_size == 4
     k, _ = pool.mha_views_for("full")
     assert k[0].shape[1:] == (4, H, D) and k[0].shape[0] * 4 == pool.max_slots("full")
@@ -228,23 +210,9 @@ def test_allocators_fix_the_page_size_after_the_pool() -> None:
     assert not other.is_built and other.page_size == 2
     other.mha_views_for("full")
     with pytest.raises(E.SGLangConfigError, match="already fixed at 2"):
-        MultiEndedAllocator(
-            kvcache=None,
-            unified_buffer=other,
-            sub_pool_name="full",
-            device=DEV,
-            is_id_owner=True,
-            page_size=4,
-        )
+        side(other, "full", owner=True, page_size=4)
     with pytest.raises(E.SGLangConfigError, match="page_size must be 1"):
-        MultiEndedAllocator(
-            kvcache=None,
-            unified_buffer=other,
-            sub_pool_name="mamba",
-            device=DEV,
-            is_id_owner=True,
-            page_size=2,
-        )
+        side(other, "mamba", owner=True, page_size=2)
 
 
 def test_tables_are_read_only_and_state_is_sglangs() -> None:
@@ -255,22 +223,8 @@ def test_tables_are_read_only_and_state_is_sglangs() -> None:
         enable_memory_saver=False,
         page_size=2,
     )
-    a = MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="full",
-        device=DEV,
-        is_id_owner=True,
-        page_size=2,
-    )
-    m = MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="mamba",
-        device=DEV,
-        is_id_owner=True,
-        page_size=1,
-    )
+    a = side(pool, "full", owner=True, page_size=2)
+    m = side(pool, "mamba", owner=True, page_size=1)
     a.bind_peer(m)
     assert a.watermark_physical == a.num_pages - 1 and m.watermark_physical == m.min_page_index
     first = a.free_virtual_ids[:2].clone()
@@ -416,13 +370,7 @@ def test_own_pool_is_not_told_about_moves() -> None:
 
 @pytest.mark.parametrize("lazy", [False, True])
 def test_swa_pair_free_swa_inside_free_groups_keeps_bytes(lazy: bool) -> None:
-    pool = UnifiedKVPool(
-        total_bytes=1 << 15,
-        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device=DEV,
-        enable_memory_saver=False,
-        page_size=2,
-    )
+    pool = full_swa_pool(2, total_bytes=1 << 15)
     full_rec, swa_rec = RecordingKV(pool, "full"), RecordingKV(pool, "swa")
     attached = {}
     kvcache = types.SimpleNamespace(
@@ -519,26 +467,14 @@ def test_mamba_factory_with_sglangs_keywords() -> None:
 
 
 def test_swa_factory_routes_write_locs() -> None:
-    b = init_unified_swa_pools(
-        device=DEV,
-        kv_cache_dtype=torch.float16,
-        head_num=H,
-        head_dim=D,
-        v_head_dim=D,
-        swa_head_num=H,
-        swa_head_dim=D,
-        swa_v_head_dim=D,
+    b = swa_bundle(
+        64,
+        32,
         page_size=2,
-        start_layer=0,
+        lazy=True,
         end_layer=3,
         swa_attention_layer_ids=[0, 2],
         full_attention_layer_ids=[1, 3],
-        full_max_total_num_tokens=64,
-        swa_max_total_num_tokens=32,
-        enable_memory_saver=False,
-        need_sort=False,
-        forward_stream=None,
-        lazy_compaction=True,
     )
     a, kv = b.token_to_kv_pool_allocator, b.token_to_kv_pool
     assert kv.full_to_swa_index_mapping is None and kv.layers_mapping[2] == (1, True)
@@ -703,27 +639,7 @@ def test_eager_frees_wait_for_the_forward_stream(
 
     monkeypatch.setattr(allocator_module, "current_stream", lambda: current)
     forward = object()
-    b = init_unified_swa_pools(
-        device=DEV,
-        kv_cache_dtype=torch.float16,
-        head_num=H,
-        head_dim=D,
-        v_head_dim=D,
-        swa_head_num=H,
-        swa_head_dim=D,
-        swa_v_head_dim=D,
-        page_size=2,
-        start_layer=0,
-        end_layer=1,
-        swa_attention_layer_ids=[0],
-        full_attention_layer_ids=[1],
-        full_max_total_num_tokens=64,
-        swa_max_total_num_tokens=32,
-        enable_memory_saver=False,
-        need_sort=False,
-        forward_stream=forward,
-        lazy_compaction=lazy,
-    )
+    b = swa_bundle(64, 32, page_size=2, lazy=lazy, forward_stream=forward)
     a = b.token_to_kv_pool_allocator
     ids = a.alloc(8)
     assert waits == []
@@ -887,13 +803,7 @@ def test_mamba_extra_buffer_track_slots_are_state_slots(overlap: bool) -> None:
 def test_kv_pools_built_before_allocators_follow_their_page_size() -> None:
     """SGLang may build the pool and its KV pools with page size 1 and the allocators with
     the serving page size: the KV pools address the bytes at the allocators' page size."""
-    pool = UnifiedKVPool(
-        total_bytes=1 << 15,
-        sub_pool_specs=[mha("full", "down"), mha("swa", "up")],
-        device=DEV,
-        enable_memory_saver=False,
-        page_size=1,
-    )
+    pool = full_swa_pool(1, total_bytes=1 << 15)
     from ukv.integrations.sglang.kvcache import UnifiedSWAKVPool
 
     kv = UnifiedSWAKVPool(

@@ -13,33 +13,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-import ukv
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from sglang_stubs import sglang_found, sglang_release  # noqa: E402
+from sglang_stubs import child_env, needs_release, run_child  # noqa: E402
 
-pytestmark = [
-    pytest.mark.skipif(
-        not sglang_found(),
-        reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
-    ),
-    pytest.mark.skipif(
-        sglang_release() not in (None, "0.5.16"),
-        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}: tests/test_sglang_0523.py covers it",
-    ),
-]
-
-
-def _child_env() -> dict[str, str]:
-    # The child imports the ukv this process imported (the installed wheel, or python/
-    # with a copied-in _core during development) and this directory's plugin.
-    env = dict(os.environ)
-    ukv_root = os.path.dirname(os.path.dirname(os.path.abspath(ukv.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([HERE, ukv_root])
-    return env
+pytestmark = needs_release("0.5.16")  # 0.5.23: tests/test_sglang_0523.py
 
 
 def test_dropin_suite_runs_on_sglangs_bases() -> None:
@@ -57,7 +35,7 @@ def test_dropin_suite_runs_on_sglangs_bases() -> None:
             os.path.join(HERE, "test_sglang_dropin.py"),
             os.path.join(HERE, "test_sglang_review4.py"),
         ],
-        env=_child_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=900,
@@ -194,13 +172,7 @@ CALL_SITES = textwrap.dedent(
 
 
 def test_sglang_call_sites_import_and_isinstance_check_the_dropin() -> None:
-    res = subprocess.run(
-        [sys.executable, "-c", CALL_SITES],
-        env=_child_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    res = run_child(CALL_SITES, child_env())
     assert res.returncode == 0 and "call sites ok" in res.stdout, (
         res.stdout[-4000:] + res.stderr[-4000:]
     )
@@ -227,13 +199,7 @@ LATE_INSTALL = textwrap.dedent(
 def test_a_late_install_into_sglang_is_refused() -> None:
     """Review F9: once SGLang's scheduler modules bound its classes, installing would give
     a mixed installation (admission without the drop-in's state-slot reservation)."""
-    res = subprocess.run(
-        [sys.executable, "-c", LATE_INSTALL],
-        env=_child_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    res = run_child(LATE_INSTALL, child_env())
     assert res.returncode == 0 and "late install refused" in res.stdout, (
         res.stdout[-4000:] + res.stderr[-4000:]
     )

@@ -22,12 +22,21 @@ import torch
 import ukv
 from ukv.errors import DeferredFreeError
 from ukv.integrations.sglang import errors as E
-from ukv.integrations.sglang.allocator import MultiEndedAllocator
 from ukv.integrations.sglang.install import SITE_DIR
 from ukv.integrations.sglang.pool import UnifiedKVPool, lockstep_required
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dropin_builders import DEV, D, H, mamba, mamba_bundle, mha, settle, swa_bundle  # noqa: E402
+from dropin_builders import (  # noqa: E402
+    DEV,
+    D,
+    H,
+    mamba,
+    mamba_bundle,
+    mha,
+    settle,
+    side,
+    swa_bundle,
+)
 
 Layer = types.SimpleNamespace
 
@@ -352,21 +361,8 @@ def test_geometry_read_at_page_size_one_then_allocators_at_the_serving_size(
     slots = pool.max_slots("full")
     assert slots == total // full.entry_bytes()
     assert pool.min_slot_index("full") >= 1 and not pool.is_built
-    fa = MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="full",
-        device=DEV,
-        is_id_owner=True,
-        page_size=page_size,
-    )
-    MultiEndedAllocator(
-        kvcache=None,
-        unified_buffer=pool,
-        sub_pool_name="mamba",
-        device=DEV,
-        is_id_owner=True,
-    )
+    fa = side(pool, "full", owner=True, page_size=page_size)
+    side(pool, "mamba", owner=True)
     assert pool.is_built and pool.page_size == page_size and fa.max_slots == slots
     assert fa.num_pages == slots // page_size
     assert fa.min_slot_index == pool.min_slot_index("full")

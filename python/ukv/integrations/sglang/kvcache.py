@@ -226,6 +226,17 @@ class UnifiedMHATokenToKVPool(_MHABase):
         Raises:
             SGLangArgumentError: the copy has another layer count or row count.
         """
+        self._check_cpu_copy(kv_cache_cpu, indices)
+        p, o = _split_tokens(indices, self._page_size)
+        for (kc, vc), k, v in zip(kv_cache_cpu, self.k_buffer, self.v_buffer):
+            k[p, o] = kc.to(k.device)
+            v[p, o] = vc.to(v.device)
+
+    def _check_cpu_copy(
+        self, kv_cache_cpu: list[list[torch.Tensor]], indices: torch.Tensor
+    ) -> None:
+        """Raise ``SGLangArgumentError`` unless the copy has this pool's layer count and a
+        row for each of ``indices`` (nothing written yet)."""
         if len(kv_cache_cpu) != self.layer_num or any(
             kc.shape[0] != indices.numel() for kc, _ in kv_cache_cpu
         ):
@@ -233,10 +244,6 @@ class UnifiedMHATokenToKVPool(_MHABase):
                 f"load_cpu_copy: copy of {len(kv_cache_cpu)} layers does not match "
                 f"{self.layer_num} layers x {indices.numel()} tokens"
             )
-        p, o = _split_tokens(indices, self._page_size)
-        for (kc, vc), k, v in zip(kv_cache_cpu, self.k_buffer, self.v_buffer):
-            k[p, o] = kc.to(k.device)
-            v[p, o] = vc.to(v.device)
 
 
 def _draft_scratch(

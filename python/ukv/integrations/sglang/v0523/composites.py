@@ -230,6 +230,33 @@ class _MambaDonor:
     def _state_pool(self) -> Any:
         raise NotImplementedError
 
+    def _kv_cpu_copy(self, indices: torch.Tensor) -> Any:
+        """Host copy of the K/V of these **virtual** tokens (the composite's side(s))."""
+        raise NotImplementedError
+
+    def _kv_load_cpu_copy(self, kv: Any, indices: torch.Tensor) -> None:
+        """Write :meth:`_kv_cpu_copy`'s copy back at these **virtual** tokens."""
+        raise NotImplementedError
+
+    def get_cpu_copy(
+        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
+    ) -> Any:
+        """Host copies of the K/V of these **virtual** tokens and, optionally, of the
+        request's state slot (translated to its physical slot)."""
+        return self._kv_cpu_copy(indices), self._copy_state(mamba_indices)
+
+    def load_cpu_copy(
+        self,
+        kv_cache_cpu: Any,
+        indices: torch.Tensor,
+        mamba_indices: Any = None,
+        req_pool_index: Any = None,
+    ) -> None:
+        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slot."""
+        kv, states = kv_cache_cpu
+        self._load_state(states, mamba_indices)
+        self._kv_load_cpu_copy(kv, indices)
+
     def _copy_state(self, mamba_indices: Any) -> Any:
         """Host copy of a request's state slot (SGLang passes it 0-d), or None."""
         if mamba_indices is None:
@@ -290,25 +317,12 @@ class UnifiedMambaTokenToKVPoolAllocator(
     def _state_pool(self) -> Any:
         return self._kvcache.mamba_pool
 
-    def get_cpu_copy(
-        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
-    ) -> Any:
-        """Host copies of these **virtual** tokens and (optionally) state slots."""
-        full = self._kvcache.full_kv_pool
-        return full.get_cpu_copy(self.translate_kv_loc(indices.to(torch.int64))), self._copy_state(
-            mamba_indices
+    def _kv_cpu_copy(self, indices: torch.Tensor) -> Any:
+        return self._kvcache.full_kv_pool.get_cpu_copy(
+            self.translate_kv_loc(indices.to(torch.int64))
         )
 
-    def load_cpu_copy(
-        self,
-        kv_cache_cpu: Any,
-        indices: torch.Tensor,
-        mamba_indices: Any = None,
-        req_pool_index: Any = None,
-    ) -> None:
-        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slots."""
-        kv, states = kv_cache_cpu
-        self._load_state(states, mamba_indices)
+    def _kv_load_cpu_copy(self, kv: Any, indices: torch.Tensor) -> None:
         self._kvcache.full_kv_pool.load_cpu_copy(kv, self.translate_kv_loc(indices.to(torch.int64)))
 
 
@@ -885,23 +899,10 @@ class UnifiedMambaSWATokenToKVPoolAllocator(_MambaDonor, UnifiedSWAAllocatorBase
     def _state_pool(self) -> Any:
         return self._mamba_kvcache
 
-    def get_cpu_copy(
-        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
-    ) -> Any:
-        """Host copies of both K/V sides of these **virtual** tokens and, optionally, of
-        the request's state slot (translated to its physical slot)."""
-        return self._kvcache.get_cpu_copy(indices), self._copy_state(mamba_indices)
+    def _kv_cpu_copy(self, indices: torch.Tensor) -> Any:
+        return self._kvcache.get_cpu_copy(indices)  # both K/V sides
 
-    def load_cpu_copy(
-        self,
-        kv_cache_cpu: Any,
-        indices: torch.Tensor,
-        mamba_indices: Any = None,
-        req_pool_index: Any = None,
-    ) -> None:
-        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens / slot."""
-        kv, states = kv_cache_cpu
-        self._load_state(states, mamba_indices)
+    def _kv_load_cpu_copy(self, kv: Any, indices: torch.Tensor) -> None:
         self._kvcache.load_cpu_copy(kv, indices)
 
     def mamba_slot_full_token_cost(self) -> int:

@@ -69,18 +69,23 @@ def _bs1_floor(total_bytes: int, terms: list[tuple[str, int]], factory: str) -> 
         )
 
 
+def _full_spec(a: Any) -> MHASubPoolSpec:
+    """The full-attention spec (grow-down END) of a factory's keywords ``a``."""
+    return MHASubPoolSpec(
+        name="full", layer_num=len(a.full_attention_layer_ids), head_num=a.head_num,
+        head_dim=a.head_dim, v_head_dim=a.v_head_dim,
+        store_dtype=_store_dtype_for(a.kv_cache_dtype), kv_cache_dtype=a.kv_cache_dtype,
+        grow_direction="down",
+    )  # fmt: skip
+
+
 def _kv_pair(a: Any, swa_grow: str) -> tuple[MHASubPoolSpec, MHASubPoolSpec]:
     """The full (grow-down END) and SWA specs of a factory's keywords ``a``."""
     dtype = a.kv_cache_dtype
-    store = _store_dtype_for(dtype)
-    full = MHASubPoolSpec(
-        name="full", layer_num=len(a.full_attention_layer_ids), head_num=a.head_num,
-        head_dim=a.head_dim, v_head_dim=a.v_head_dim, store_dtype=store,
-        kv_cache_dtype=dtype, grow_direction="down",
-    )  # fmt: skip
+    full = _full_spec(a)
     swa = MHASubPoolSpec(
         name="swa", layer_num=len(a.swa_attention_layer_ids), head_num=a.swa_head_num,
-        head_dim=a.swa_head_dim, v_head_dim=a.swa_v_head_dim, store_dtype=store,
+        head_dim=a.swa_head_dim, v_head_dim=a.swa_v_head_dim, store_dtype=_store_dtype_for(dtype),
         kv_cache_dtype=dtype, grow_direction=swa_grow,
     )  # fmt: skip
     return full, swa
@@ -275,11 +280,7 @@ def init_unified_mamba_pools(
         enable_memory_saver=enable_memory_saver,
         speculative_num_draft_tokens=speculative_num_draft_tokens,
     )
-    full = MHASubPoolSpec(
-        name="full", layer_num=len(full_attention_layer_ids), head_num=head_num,
-        head_dim=head_dim, v_head_dim=v_head_dim, store_dtype=_store_dtype_for(kv_cache_dtype),
-        kv_cache_dtype=kv_cache_dtype, grow_direction="down",
-    )  # fmt: skip
+    full = _full_spec(a)
     state = _state_spec(a)
     tokens = max_total_num_tokens * full.entry_bytes()
     total = (tokens if unified_total_bytes is None else unified_total_bytes) + (

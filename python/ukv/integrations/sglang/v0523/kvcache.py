@@ -173,13 +173,7 @@ class UnifiedMHATokenToKVPool(v16.UnifiedMHATokenToKVPool):
         Raises:
             SGLangArgumentError: another layer or row count.
         """
-        if len(kv_cache_cpu) != self.layer_num or any(
-            kc.shape[0] != indices.numel() for kc, _ in kv_cache_cpu
-        ):
-            raise SGLangArgumentError(
-                f"load_cpu_copy: copy of {len(kv_cache_cpu)} layers does not match "
-                f"{self.layer_num} layers x {indices.numel()} tokens"
-            )
+        self._check_cpu_copy(kv_cache_cpu, indices)
         idx = indices.to(torch.int64)
         for (kc, vc), k, v in zip(kv_cache_cpu, self.k_buffer, self.v_buffer):
             k[idx] = kc.to(k.device)

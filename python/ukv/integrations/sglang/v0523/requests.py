@@ -54,13 +54,10 @@ class UnifiedHybridReqToTokenPool(v16.UnifiedHybridReqToTokenPool):
         start_layer: int | None = None,
         pre_alloc_size: int = 0,
     ) -> None:
-        self._unified_buffer = unified_buffer
-        self._mamba_sub_pool_name = mamba_sub_pool_name
-        self._shared_mamba_size = unified_buffer.max_slots(mamba_sub_pool_name) - 1
-        v16._ReqBase.__init__(
-            self,
+        super().__init__(
+            unified_buffer=unified_buffer,
+            mamba_sub_pool_name=mamba_sub_pool_name,
             size=size + pre_alloc_size,
-            mamba_size=self._shared_mamba_size,
             mamba_spec_state_size=mamba_spec_state_size,
             max_context_len=max_context_len,
             device=device,
