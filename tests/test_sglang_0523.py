@@ -267,17 +267,16 @@ SCENARIOS = textwrap.dedent(
         sizes(scn, "after", a)
         rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
 
-    def mamba(ps, lazy):
+    def init_mamba(ps, lazy=False):
         # SGLang's own Mamba-hybrid factory (the shipped builders have none)
         from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
 
-        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
         cp = types.SimpleNamespace(
             shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
             dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
             layers=[0],
         )
-        b = init_unified_mamba_pools(
+        return init_unified_mamba_pools(
             device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
             start_layer=0, end_layer=2, is_draft_worker=False, use_mla_backend=False,
             mamba_layer_ids=[0], full_attention_layer_ids=[1], mamba2_cache_params=cp,
@@ -287,6 +286,10 @@ SCENARIOS = textwrap.dedent(
             speculative_num_draft_tokens=None, disable_overlap_schedule=True, need_sort=False,
             lazy_compaction=lazy,
         )
+
+    def mamba(ps, lazy):
+        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        b = init_mamba(ps, lazy)
         a, kv, req = b.token_to_kv_pool_allocator, b.token_to_kv_pool, b.req_to_token_pool
         rec(scn, "sizes", [a.size, a.size_full, a.size_mamba, a.available_size(),
                            a.mamba_slot_full_token_cost(), req.mamba_allocator.size])
@@ -357,7 +360,38 @@ SCENARIOS = textwrap.dedent(
         rec(scn, "evict_to_free", a.evict_to_free_tokens(cache, 16 * ps))
         rec(scn, "can_reserve", [a.can_reserve(16 * ps, 16 * ps), a.can_reserve(10**6, 1)])
 
+    def unmarked_loc(ps):
+        # A write loc nobody marked physical (a bare tensor, or 0.5.16's KVWriteLoc form
+        # with virtual ids) is refused with ValueError, bytes untouched. The drop-in
+        # took it and wrote at the unmarked ids (found by the scheduler driver).
+        scn = f"unmarked_loc-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=False)
+        kv = a.get_kvcache()
+        ids = a.alloc(4 * ps)
+        write(a, kv, ids, (0, 1))
+        full = a.translate_kv_loc(ids)
+        swa = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+        for tag, loc in (("bare", ids), ("virtual", KVWriteLoc(ids, swa_loc=swa, full_loc=full)),
+                         ("unmarked", KVWriteLoc(full, swa_loc=swa, full_loc=full, physical=False))):
+            for layer in (0, 1):
+                try:
+                    kv.set_kv_buffer(types.SimpleNamespace(layer_id=layer), loc,
+                                     torch.zeros_like(rows(ids, layer)), torch.zeros_like(rows(ids, layer)))
+                    rec(scn, f"{tag}.{layer}", "written")
+                except (ValueError, AssertionError) as exc:  # no swa_loc: AssertionError
+                    rec(scn, f"{tag}.{layer}", "AssertionError" if isinstance(exc, AssertionError) else "ValueError")
+        check(scn, "after", a, kv, ids, ids, (0, 1), 1)
+        mb = init_mamba(ps)
+        try:
+            mb.token_to_kv_pool.set_kv_buffer(
+                types.SimpleNamespace(layer_id=1), KVWriteLoc(mb.token_to_kv_pool_allocator.alloc(ps)),
+                torch.zeros(ps, 1, 8, dtype=torch.float16), torch.zeros(ps, 1, 8, dtype=torch.float16))
+            rec(scn, "mamba", "written")
+        except ValueError:
+            rec(scn, "mamba", "ValueError")
+
     for ps in (1, 4):
+        unmarked_loc(ps)
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
