@@ -390,8 +390,28 @@ SCENARIOS = textwrap.dedent(
         except ValueError:
             rec(scn, "mamba", "ValueError")
 
+    def cpu_copy(ps):
+        # SGLang 0.5.23's Req.offload_kv_cache / load_kv_cache pass req_pool_index to the
+        # SWA pair's get_cpu_copy / load_cpu_copy; the drop-in's pair took no such
+        # keyword (TypeError at the first retraction; found by the scheduler driver).
+        scn = f"cpu_copy-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=False)
+        kv = a.get_kvcache()
+        ids = a.alloc(4 * ps)
+        write(a, kv, ids, (0, 1))
+        copy = a.get_cpu_copy(ids, mamba_indices=None, req_pool_index=1)
+        zero = torch.zeros_like(rows(ids, 0))
+        full = a.translate_kv_loc(ids)
+        swa = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+        for layer in (0, 1):
+            kv.set_kv_buffer(types.SimpleNamespace(layer_id=layer),
+                             KVWriteLoc(full, swa_loc=swa, full_loc=full, physical=True), zero, zero)
+        a.load_cpu_copy(copy, ids, mamba_indices=None, req_pool_index=1)
+        check(scn, "loaded", a, kv, ids, ids, (0, 1), 1)
+
     for ps in (1, 4):
         unmarked_loc(ps)
+        cpu_copy(ps)
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),

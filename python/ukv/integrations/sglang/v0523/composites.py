@@ -804,6 +804,24 @@ def _last(high: int, predicate: Callable[[int], bool]) -> int:
 class UnifiedSWATokenToKVPoolAllocator(UnifiedSWAAllocatorBase):
     """The two-END full + SWA composite (SGLang 0.5.23)."""
 
+    def get_cpu_copy(
+        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
+    ) -> Any:
+        """Host copies of both K/V sides of these **virtual** tokens (SWA side: only the
+        tokens it still binds). ``req_pool_index`` (0.5.23's ``Req.offload_kv_cache``
+        passes it; SGLang's MHA pools ignore it) is accepted."""
+        return super().get_cpu_copy(indices, mamba_indices)
+
+    def load_cpu_copy(
+        self,
+        kv_cache_cpu: Any,
+        indices: torch.Tensor,
+        mamba_indices: Any = None,
+        req_pool_index: Any = None,
+    ) -> None:
+        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens."""
+        super().load_cpu_copy(kv_cache_cpu, indices, mamba_indices)
+
 
 class UnifiedMambaSWATokenToKVPoolAllocator(_MambaDonor, UnifiedSWAAllocatorBase):
     """The tri-pool: state END (grow-up), SWA float (ukv's middle band), full END
