@@ -58,6 +58,7 @@ from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402
 from ukv.sim import baselines, clock, metrics, traces  # noqa: E402
 
+
 def _default_traces() -> Path:
     """``shared/data/traces`` beside the repository (a checkout) or two levels up (a worktree)."""
     for base in (ROOT.parent, ROOT.parent.parent):
