@@ -92,7 +92,9 @@ def config_from_flags(a: argparse.Namespace) -> Config:
 
 
 def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
-    from sglang_scheduler.loop import Loop
+    from sglang_scheduler import release
+
+    Loop = release.current().loop_class()  # noqa: N806 - the release's scheduler
 
     if cfg.device == "cpu":
         from sglang_scheduler import events

@@ -6,10 +6,12 @@ import dataclasses
 import json
 from typing import Any
 
-#: Tree caches: ``radix`` is what SGLang 0.5.16's ``create_tree_cache`` builds for a hybrid
-#: model (``UnifiedRadixCache`` with the SWA or Mamba component); ``hybrid`` is the
-#: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``); ``chunk`` is
-#: ``--disable-radix-cache`` (``SWAChunkCache`` / ``ChunkCache``).
+#: Tree caches: ``radix`` is what SGLang's ``create_tree_cache`` builds for a hybrid
+#: model (``UnifiedRadixCache`` with the SWA or Mamba component); ``hybrid`` is 0.5.16's
+#: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``; 0.5.23 has none);
+#: ``chunk`` is ``--disable-radix-cache`` (0.5.16: ``SWAChunkCache`` / ``ChunkCache``;
+#: 0.5.23: ``UnifiedRadixCache`` disabled). ``release.Release*.caches`` says which a
+#: release has.
 CACHES = ("radix", "hybrid", "chunk")
 #: The Mamba hybrid's full-attention tokens at page size 1 (see :func:`make`).
 MAMBA_FULL_TOKENS = 128
@@ -140,25 +142,35 @@ def make(
 
 
 def matrix(
-    scale: int = 1, steps: int = 12, seed: int = 0, **fields: Any
+    scale: int = 1, steps: int = 12, seed: int = 0, release: Any = None, **fields: Any
 ) -> list[tuple[Config, bool]]:
     """The side-by-side matrix: ``(configuration, SGLang's pool can run it)``.
 
     SWA and Mamba x page sizes 1 and 16 x eager and lazy with the tree cache SGLang builds;
-    then the other tree caches once each; then more SWA than full layers (drop-in only).
-    ``fields`` go to every configuration (e.g. ``forward_delay_us``).
+    then the other tree caches of the release once each; then more SWA than full layers
+    (0.5.16: drop-in only); then the speculative configurations (:func:`speculative`).
+    ``fields`` go to every configuration (e.g. ``forward_delay_us``). ``release``: a
+    ``release.Release*`` (default: the SGLang on ``UKV_SGLANG_PATH``).
     """
+    if release is None:
+        from sglang_scheduler import release as release_mod
+
+        release = release_mod.current()
     out: list[tuple[Config, bool]] = []
     kw: dict[str, Any] = dict(scale=scale, steps=steps, seed=seed, **fields)
     for hybrid in ("swa", "mamba"):
         for ps in (1, 16):
             for lazy in (False, True):
                 out.append((make(hybrid, ps, lazy, **kw), True))
-    out.append((make("swa", 16, True, cache="hybrid", **kw), True))
+    if "hybrid" in release.caches:
+        out.append((make("swa", 16, True, cache="hybrid", **kw), True))
+        out.append((make("mamba", 1, True, cache="hybrid", **kw), True))
     out.append((make("swa", 1, False, cache="chunk", **kw), True))
-    out.append((make("mamba", 1, True, cache="hybrid", **kw), True))
-    out.append((make("swa", 1, True, more_swa=True, **kw), False))
-    out.append((make("swa", 16, False, more_swa=True, **kw), False))
+    if "hybrid" not in release.caches:
+        out.append((make("mamba", 1, True, cache="chunk", **kw), True))
+    more_swa = release.sglang_runs_more_swa
+    out.append((make("swa", 1, True, more_swa=True, **kw), more_swa))
+    out.append((make("swa", 16, False, more_swa=True, **kw), more_swa))
     return out
 
 

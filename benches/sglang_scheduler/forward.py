@@ -11,7 +11,9 @@ Triton attention backend:
 * on the forward stream (``events``): the deferred Mamba clear and copy-on-write
   (``mamba_pool.clear_slots`` / ``copy_from`` of the batch's ``mamba_clear_indices`` /
   ``mamba_cow_*``, as ``ModelRunner`` does before the layers); per attention layer
-  ``token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc, full_loc), k, v)``
+  ``token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(...), k, v)`` (the release's write
+  loc: 0.5.16 takes the virtual ids with the translated ones, 0.5.23 the physical ids
+  marked physical)
   with K/V rows that encode each token's content key (``values``), then a read of every
   context token the attention would read (all of it on full layers, the sliding window
   on SWA layers), compared with the keys; per Mamba layer a read of the request's state
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sglang_scheduler import values
+from sglang_scheduler import release, values
 from sglang_scheduler.stack import KV_DTYPE, Stack
 
 
@@ -104,7 +106,7 @@ class Forward:
             s = self.seqs[req]
             keys = s.keys(seq)
             write_keys.append(keys[pre:seq])
-            ctx = rows[req.req_pool_idx, :seq].to(torch.int64)
+            ctx = rows[release.current().row(req), :seq].to(torch.int64)
             read_vids.append(ctx)
             read_keys.append(keys)
             lo = max(0, pre - st.config.window + 1)
@@ -138,7 +140,8 @@ class Forward:
     def _plan_mamba(self, batch: Any, plan: dict, old_keys: list, new_keys: list) -> None:
         pool = self.stack.req_to_token_pool
         dev = self.stack.config.device
-        slots = torch.stack([torch.as_tensor(r.mamba_pool_idx).reshape(()) for r in batch.reqs])
+        idx = release.current().mamba_idx
+        slots = torch.stack([torch.as_tensor(idx(r)).reshape(()) for r in batch.reqs])
         plan["slots"] = pool.translate_mamba_indices(slots.to(dev))
         plan["old_state_keys"] = torch.tensor(old_keys, dtype=torch.int64, device=dev)
         plan["new_state_keys"] = torch.tensor(new_keys, dtype=torch.int64, device=dev)
@@ -164,15 +167,13 @@ class Forward:
         st = self.stack
         if st.is_mamba:
             self._mamba_prologue(plan)
-        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
         n = plan["write_keys"].numel()
         hd = st.config.head_num * st.config.head_dim
         shape = (n, st.config.head_num, st.config.head_dim)
         for layer_id in st.full_layers + st.swa_layers:
             k = values.encode(plan["write_keys"], layer_id, values.K, hd, KV_DTYPE).view(shape)
             v = values.encode(plan["write_keys"], layer_id, values.V, hd, KV_DTYPE).view(shape)
-            loc = KVWriteLoc(plan["loc"], plan.get("swa_loc"), full_loc=plan["full_loc"])
+            loc = release.current().write_loc(plan["loc"], plan["full_loc"], plan.get("swa_loc"))
             st.token_to_kv_pool.set_kv_buffer(_layer(layer_id), loc, k, v)
         for layer_id in st.full_layers:
             self._check_reads(layer_id, plan["read_full"], plan["read_full_keys"], "full")
