@@ -267,7 +267,7 @@ SCENARIOS = textwrap.dedent(
         sizes(scn, "after", a)
         rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
 
-    def init_mamba(ps, lazy=False):
+    def init_mamba(ps, lazy=False, drafts=None):
         # SGLang's own Mamba-hybrid factory (the shipped builders have none)
         from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
 
@@ -283,9 +283,36 @@ SCENARIOS = textwrap.dedent(
             model_context_len=64 * ps, extra_max_context_len=1, max_total_num_tokens=100 * ps,
             max_mamba_cache_size=8, max_num_reqs=4, enable_memory_saver=False,
             enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
-            speculative_num_draft_tokens=None, disable_overlap_schedule=True, need_sort=False,
+            speculative_num_draft_tokens=drafts, disable_overlap_schedule=True, need_sort=False,
             lazy_compaction=lazy,
         )
+
+    def spec_mamba(ps, lazy):
+        # speculative_num_draft_tokens on the Mamba pair: SGLang 0.5.23's pool keeps the
+        # per-draft verify scratch by batch row; the drop-in's 0.5.23 layout refused the
+        # keyword (found by the scheduler driver). A verify step writes each row's drafts,
+        # commits one draft per request into its slot; a free and a flush move a slot.
+        scn = f"spec_mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        b = init_mamba(ps, lazy, drafts=3)
+        a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+        cache = req.mamba_pool.mamba_cache
+        rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
+                             [list(w.shape) for w in cache.intermediate_conv_window]])
+        layer = req.mamba2_layer_cache(0)
+        rec(scn, "layer_view", layer.intermediate_ssm.data_ptr() == cache.intermediate_ssm[0].data_ptr())
+        slots = req.mamba_allocator.alloc(3)
+        for row in range(3):
+            for t in range(3):
+                cache.intermediate_ssm[:, row, t] = 10.0 * row + t
+        phys = req.translate_mamba_indices(slots)
+        for row, slot in enumerate(phys.tolist()):
+            cache.temporal[:, slot] = cache.intermediate_ssm[:, row, row]
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        moved = req.translate_mamba_indices(slots[1:])
+        rec(scn, "moved", moved)
+        rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
+                               for r, s in enumerate(moved.tolist())])
 
     def mamba(ps, lazy):
         scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
@@ -412,6 +439,8 @@ SCENARIOS = textwrap.dedent(
     for ps in (1, 4):
         unmarked_loc(ps)
         cpu_copy(ps)
+        for lazy in (False, True):
+            spec_mamba(ps, lazy)
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
