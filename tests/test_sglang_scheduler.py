@@ -104,7 +104,8 @@ def side_by_side() -> dict:
     return out
 
 
-def _check_run(brief: dict, hybrid: str) -> None:
+def _check_run(brief: dict, name: str) -> None:
+    hybrid = name.split("-")[0]
     assert brief["error"] is None, brief["error"]
     assert brief["checks"] == brief["iterations"] + 1  # after every iteration, and at the end
     assert brief["tokens_checked"] > 0
@@ -112,6 +113,12 @@ def _check_run(brief: dict, hybrid: str) -> None:
         assert brief["states_checked"] > 0
         assert brief["busy_checks"] == brief["iterations"]
     assert brief["idle_checks"] >= 1  # SGLang's strict leak check, at least when drained
+    if "-spec" in name:
+        # Verify steps ran: every row's drafts written to the scratch and read back, at
+        # least one draft accepted per row, the accepted one committed (then read back).
+        spec = brief["spec"]
+        assert spec["verify_steps"] > 0
+        assert spec["drafts_written"] > spec["drafts_accepted"] >= spec["verify_steps"]
 
 
 @needs_sglang
@@ -121,10 +128,9 @@ def test_scheduler_runs_clean_on_the_dropin(side_by_side: dict, name: str) -> No
     live state read back intact after every iteration; SGLang's own pool too, where it can
     be built."""
     pair = side_by_side[name]
-    hybrid = name.split("-")[0]
-    _check_run(pair["ukv"], hybrid)
+    _check_run(pair["ukv"], name)
     if "sglang" in pair:
-        _check_run(pair["sglang"], hybrid)
+        _check_run(pair["sglang"], name)
 
 
 @needs_sglang

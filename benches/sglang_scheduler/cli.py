@@ -50,6 +50,12 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Confi
         "--forward-delay-us", type=int, default=0, help="CUDA: each forward sleeps first"
     )
     p.add_argument(
+        "--spec-drafts",
+        type=int,
+        default=0,
+        help="Mamba: speculative_num_draft_tokens; every decode is then a verify step",
+    )
+    p.add_argument(
         "--matrix", default=None, help="a JSON file of configurations (overrides the flags)"
     )
     p.add_argument("--sglang-path", default=os.environ.get("UKV_SGLANG_PATH", ""))
@@ -88,6 +94,7 @@ def config_from_flags(a: argparse.Namespace) -> Config:
         steps=a.steps,
         seed=a.seed,
         forward_delay_us=a.forward_delay_us,
+        spec_drafts=a.spec_drafts,
     )
 
 
@@ -142,11 +149,23 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
             checks=loop.shadow.checks,
             tokens_checked=loop.shadow.tokens_checked,
             states_checked=loop.shadow.states_checked,
+            spec=dict(loop.forward.spec),
+            moved=_moved(loop),
         )
     out["sglang_patches"] = {
         name: patches.COUNTS.get(name, 0) - counts_before.get(name, 0) for name in patches.APPLIED
     }
     return out
+
+
+def _moved(loop: Any) -> dict[str, int] | None:
+    """Pages (state slots on a state sub-pool) ukv's compaction moved, per sub-pool: the
+    drop-in's own count (SGLang's pool keeps none)."""
+    buffer = getattr(loop.stack.allocator, "unified_buffer", None)
+    pool = getattr(buffer, "ukv_pool", None) if buffer is not None else None
+    if pool is None:
+        return None
+    return {s.name: int(s.pages_moved) for s in pool.stats().sub_pools}
 
 
 def side_by_side(a: argparse.Namespace) -> int:

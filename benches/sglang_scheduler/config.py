@@ -67,11 +67,20 @@ class Config:
     suffix_len: tuple[int, int] = (2, 16)
     output_len: tuple[int, int] = (4, 48)
     vocab: int = 1000
+    # Speculative decoding on the Mamba hybrid: draft tokens per verify step
+    # (``speculative_num_draft_tokens`` to the factories; 0: off). Every decode is then a
+    # verify step (``forward``): per-draft states into the scratch, one accepted.
+    spec_drafts: int = 0
+    # The factories' ``enable_mamba_extra_buffer`` (SGLang passes it with the radix
+    # cache's extra_buffer strategy only). Not in the matrix: the model stand-in does not
+    # write the track slots that strategy's tree donates.
+    extra_buffer: bool = False
     # GPU only: microseconds each forward sleeps on its stream before writing.
     forward_delay_us: int = 0
     # Self-test of the checks: after iteration ``corrupt_at``, overwrite one live token's K/V
     # ("kv": a running request's, "tree": one only the tree holds) or one live state
-    # ("state") through the pool's own write path; the run must then fail with LostBytes.
+    # ("state") through the pool's own write path, or ("draft") commit a rejected draft in every
+    # verify step from then on; the run must then fail with LostBytes.
     corrupt: str = ""
     corrupt_at: int = -1
 
@@ -80,6 +89,8 @@ class Config:
         mode = "lazy" if self.lazy else "eager"
         layers = f"{len(self.full_layers)}f{len(self.other_layers)}{self.hybrid[0]}"
         name = f"{self.hybrid}-ps{self.page_size}-{mode}-{self.cache}-{layers}"
+        if self.spec_drafts:
+            name += f"-spec{self.spec_drafts}" + ("-xbuf" if self.extra_buffer else "")
         return f"{name}-corrupt-{self.corrupt}" if self.corrupt else name
 
     def to_json(self) -> dict[str, Any]:
@@ -171,7 +182,22 @@ def matrix(
     more_swa = release.sglang_runs_more_swa
     out.append((make("swa", 1, True, more_swa=True, **kw), more_swa))
     out.append((make("swa", 16, False, more_swa=True, **kw), more_swa))
+    out += speculative(release, **kw)
     return out
+
+
+def speculative(release: Any, **kw: Any) -> list[tuple[Config, bool]]:
+    """Speculative decoding on the Mamba hybrid: ``speculative_num_draft_tokens`` to the
+    factories, every decode a verify step (``forward``: per-draft states written to the
+    scratch row of each batch position and read back, a seeded number of drafts accepted,
+    the last accepted draft's state committed into the request's slot). The radix cache
+    SGLang builds at page size 1 (no extra buffer) and the chunk cache at 16.
+    ``release.spec_on_sglang`` says whether SGLang's own pool builds it."""
+    ok = release.spec_on_sglang
+    return [
+        (make("mamba", 1, False, spec_drafts=3, **kw), ok),
+        (make("mamba", 16, True, spec_drafts=4, **kw), ok),
+    ]
 
 
 def self_tests(steps: int = 12, seed: int = 0) -> list[Config]:
@@ -183,6 +209,8 @@ def self_tests(steps: int = 12, seed: int = 0) -> list[Config]:
         # Late enough that finished requests left tokens only the tree holds.
         make("swa", 1, False, corrupt="tree", corrupt_at=40, **kw),
         make("mamba", 1, False, corrupt="state", corrupt_at=6, **kw),
+        # A verify step that commits a rejected draft's state.
+        make("mamba", 1, False, spec_drafts=3, corrupt="draft", corrupt_at=6, **kw),
     ]
 
 

@@ -20,6 +20,17 @@ Triton attention backend:
   (which must be the state of its prefix, or zeros for a fresh slot) and a write of the
   state after the batch's tokens.
 
+With ``speculative_num_draft_tokens`` (``Config.spec_drafts``), every decode forward of
+the Mamba hybrid is a verify step, as SGLang's verify kernels and its accept path write
+it: per Mamba layer, for batch row ``i`` and draft ``d``, the state after that draft goes
+to the pool's per-draft scratch (``intermediate_ssm[i, d]``,
+``intermediate_conv_window[k][i, d]``: rows by batch position) and is read back; a seeded
+number of drafts is accepted and the last accepted draft's state is committed into the
+request's own slot (translated with ``translate_mamba_indices``). The accepted draft's
+state is the request's state after this step (the scheduler advances one token per
+decode, so the accepted draft stands for that token); the rejected drafts hold states no
+prefix has, so a commit of the wrong draft, row or slot is a lost state the shadow finds.
+
 A read that does not match is a lost byte: it is counted (and, on the CPU, described)
 and reported by the shadow's check.
 """
@@ -81,6 +92,9 @@ class Forward:
         self.read_errors = torch.zeros((), dtype=torch.int64, device=dev)
         self.details: list[str] = []
         self.cpu = dev == "cpu"
+        # Speculative verify steps: how many, drafts written to the scratch, drafts
+        # accepted (the committed one and those before it).
+        self.spec = {"verify_steps": 0, "drafts_written": 0, "drafts_accepted": 0}
 
     # ----- launch (host side) -------------------------------------------------------------
 
@@ -88,6 +102,8 @@ class Forward:
         """Launch the forward of ``batch`` (already prepared by SGLang)."""
         st = self.stack
         plan = self._plan(batch)
+        if st.is_mamba and st.config.spec_drafts and batch.forward_mode.is_decode():
+            self._plan_verify(batch, plan, step)
         effects = lambda: self._effects(plan)  # noqa: E731
         event = st.forward_stream.launch(effects)
         return Launched(event, plan["vids"], plan["write_keys_np"], plan["states"], step, plan)
@@ -161,6 +177,29 @@ class Forward:
             else None
         )
 
+    def _plan_verify(self, batch: Any, plan: dict, step: int) -> None:
+        """The verify step's accepted draft per batch row (seeded by request and length)."""
+        cfg = self.stack.config
+        d = cfg.spec_drafts
+        accept = []
+        for req, seq in zip(batch.reqs, batch.seq_lens_cpu.tolist()):
+            h = (self.seqs[req].index * 0x9E3779B1 + seq * 0x85EBCA6B) & 0xFFFFFFFF
+            accept.append((h >> 7) % d)
+        commit = list(accept)
+        if cfg.corrupt == "draft" and step >= cfg.corrupt_at:
+            commit = [(a + 1) % d for a in accept]  # the checks' self-test: a rejected draft
+        dev = cfg.device
+        new = plan["new_state_keys"]
+        drafts = torch.arange(d, device=dev, dtype=torch.int64)
+        acc = torch.tensor(accept, dtype=torch.int64, device=dev)
+        rejected = (new[:, None] * 31 + drafts[None, :] + 1) % values._MOD + 1
+        plan["draft_keys"] = torch.where(drafts[None, :] == acc[:, None], new[:, None], rejected)
+        plan["commit"] = torch.tensor(commit, dtype=torch.int64, device=dev)
+        plan["rows"] = torch.arange(len(accept), device=dev, dtype=torch.int64)
+        self.spec["verify_steps"] += 1
+        self.spec["drafts_written"] += d * len(accept)
+        self.spec["drafts_accepted"] += sum(a + 1 for a in accept)
+
     # ----- effects (forward stream) ---------------------------------------------------------
 
     def _effects(self, plan: dict[str, Any]) -> None:
@@ -214,6 +253,11 @@ class Forward:
         cache = self.stack.req_to_token_pool.mamba2_layer_cache(layer_id)
         slots = plan["slots"].to(torch.int64)
         tensors = [(values.CONV, t) for t in cache.conv] + [(values.TEMPORAL, cache.temporal)]
+        scratch = (
+            list(cache.intermediate_conv_window) + [cache.intermediate_ssm]
+            if "draft_keys" in plan
+            else []
+        )
         for i, (kind, t) in enumerate(tensors):
             numel = int(np.prod(t.shape[1:]))
             got = t[slots].reshape(len(slots), -1)
@@ -226,5 +270,28 @@ class Forward:
                     f"forward read of state layer {layer_id} tensor {i}: slots "
                     f"{slots[bad].tolist()} do not hold their request's prefix state"
                 )
+            if "draft_keys" in plan:
+                self._verify(layer_id, kind + i, t, scratch[i], slots, plan)
+                continue
             new = values.encode(plan["new_state_keys"], layer_id, kind + i, numel, t.dtype)
             t[slots] = new.view(len(slots), *t.shape[1:])
+
+    def _verify(
+        self, layer_id: int, kind: int, state: Any, scratch: Any, slots: Any, plan: dict
+    ) -> None:
+        """One state tensor's verify step: every draft's state into the scratch rows, read
+        back, then the committed draft's copied into the request's slot."""
+        rows, keys = plan["rows"], plan["draft_keys"]
+        n, d = keys.shape
+        numel = int(np.prod(state.shape[1:]))
+        want = values.encode(keys.reshape(-1), layer_id, kind, numel, state.dtype)
+        scratch[rows] = want.view(n, d, *state.shape[1:])
+        got = scratch[rows].reshape(n * d, -1)
+        bad = (got != want).any(dim=1)
+        self.read_errors += bad.sum()
+        if self.cpu and bool(bad.any()):
+            self.details.append(
+                f"verify scratch of state layer {layer_id}: {int(bad.sum())} of {n * d} "
+                "draft states read back wrong"
+            )
+        state[slots] = scratch[rows, plan["commit"]]

@@ -385,6 +385,8 @@ class Loop:
         running request's state (``state``)."""
         st, sh = self.stack, self.shadow
         sh.poll()
+        if self.cfg.corrupt == "draft":
+            return None  # the forward commits a rejected draft from here on
         if self.cfg.corrupt == "tree":  # a token only the tree holds: no forward reads it
             held = set(sh.request_tokens(self._live_reqs())[0].tolist())
             for vids, _, _ in sh.tree_tokens():

@@ -88,6 +88,9 @@ class Release0516:
     #: SGLang's own SWA pool with more SWA than full layers: 0.5.16 indexes its SWA table
     #: out of bounds (its defect 1), so that configuration runs on the drop-in only.
     sglang_runs_more_swa = False
+    #: SGLang's own unified Mamba pool with ``speculative_num_draft_tokens`` and the extra
+    #: buffer (``config.speculative``).
+    spec_on_sglang = True
     #: The patches of SGLang's scheduling code this release needs (``patches``).
     scheduling_patches: tuple[str, ...] = ("swa_locked_full_recovery", "mamba_slot_full_eviction")
 

@@ -180,8 +180,8 @@ def _mamba_pools(cfg: Config, stream: Any) -> tuple[Any, Any, Any]:
         max_mamba_cache_size=cfg.mamba_slots,
         max_num_reqs=cfg.max_running,
         enable_memory_saver=False,
-        enable_mamba_extra_buffer=False,
-        speculative_num_draft_tokens=None,
+        enable_mamba_extra_buffer=cfg.extra_buffer,  # SGLang: the radix cache's strategy
+        speculative_num_draft_tokens=cfg.spec_drafts or None,
         disable_overlap_schedule=not cfg.overlap,
         need_sort=False,
         mamba_full_memory_ratio=None,
