@@ -1,4 +1,5 @@
-"""Make SGLang 0.5.16 importable in this process, with its pool or with the drop-in.
+"""Make SGLang (0.5.16 or 0.5.23) importable in this process, with its pool or with the
+drop-in.
 
 The order matters and is SGLang's deployment order: on the CPU Triton's interpreter is
 switched on before Triton is imported (SGLang's paged allocation is a Triton kernel);

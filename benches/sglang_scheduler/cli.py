@@ -172,7 +172,8 @@ def side_by_side(a: argparse.Namespace) -> int:
     """``--side-by-side``: both pools over the matrix; prints the table and a verdict."""
     from sglang_scheduler import config, sidebyside
 
-    env = dict(os.environ, UKV_SGLANG_PATH=a.sglang_path)
+    os.environ["UKV_SGLANG_PATH"] = a.sglang_path  # the matrix follows its release
+    env = dict(os.environ)
     t0 = time.perf_counter()
     res = sidebyside.run(
         config.matrix(

@@ -268,6 +268,12 @@ _RELEASES = {r.version: r for r in (Release0516(), Release0523())}
 @functools.cache
 def current() -> Release0516:
     """The release of the SGLang on ``UKV_SGLANG_PATH`` (read without importing it)."""
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
     import sglang_stubs
 
     version = sglang_stubs.sglang_release() or "0.5.16"
