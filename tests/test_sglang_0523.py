@@ -436,7 +436,25 @@ SCENARIOS = textwrap.dedent(
         a.load_cpu_copy(copy, ids, mamba_indices=None, req_pool_index=1)
         check(scn, "loaded", a, kv, ids, ids, (0, 1), 1)
 
+    def lazy_available(ps):
+        # Lazy mode, right after frees: the joint available_size counts the freed pages
+        # (SGLang drains holes into its count; the drop-in counts what its allocation gets
+        # with the urgent flush it runs), and an allocation of that much succeeds. (The
+        # state where the drop-in's count used to fall short, holes the two sides do not
+        # pair, is the scheduler driver's swa-ps16-lazy-radix run on 0.5.23:
+        # tests/test_sglang_scheduler.py's capacity test is its regression test.)
+        scn = f"lazy_available-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=True)
+        ids = a.alloc(40 * ps)
+        before = a.available_size()
+        a.free(ids[8 * ps : 16 * ps])
+        a.free_swa(ids[24 * ps : 32 * ps])
+        rec(scn, "gain", a.available_size() - before)
+        got = a.alloc(a.available_size())
+        rec(scn, "alloc_of_available", got is not None)
+
     for ps in (1, 4):
+        lazy_available(ps)
         unmarked_loc(ps)
         cpu_copy(ps)
         for lazy in (False, True):

@@ -143,34 +143,7 @@ def test_dropin_reports_at_least_sglangs_capacity(side_by_side: dict, name: str)
     retracting more, SGLang's own heuristics did it (benches/results/sglang-scheduler-cpu.md
     says which)."""
     pair = side_by_side[name]
-    short = [
-        s for s in pair["capacity_shortfalls"] if _known_shortfall(name, s["view"]) is None
-    ]
-    assert short == [], short[:5]
-
-
-#: Capacity views where the drop-in reports less than SGLang's pool in the same scheduler
-#: state on purpose or for a documented reason: (release, configuration pattern, view) ->
-#: reason. Each is in docs/SGLANG.md and benches/results/sglang-scheduler-cpu.md.
-KNOWN_SHORTFALLS: dict[tuple[str, str, str], str] = {
-    ("0.5.23", "swa-*-lazy-*", "available"): (
-        "lazy mode: SGLang 0.5.23 compacts freed pages on the free itself once no forward "
-        "is in flight (its write-after-read barrier leaves none), so its joint "
-        "available_size counts them as gap; the drop-in keeps them as holes until an "
-        "allocation or flush_opportunistic compacts them, and its joint count pairs holes "
-        "of the two sides only. The per-side views agree; an allocation of what SGLang "
-        "reports succeeds on the drop-in (it compacts urgently)"
-    ),
-}
-
-
-def _known_shortfall(name: str, view: str) -> str | None:
-    import fnmatch
-
-    for (release, pattern, v), why in KNOWN_SHORTFALLS.items():
-        if release == sglang_release() and fnmatch.fnmatch(name, pattern) and v == view:
-            return why
-    return None
+    assert pair["capacity_shortfalls"] == [], pair["capacity_shortfalls"][:5]
 
 
 @needs_sglang
