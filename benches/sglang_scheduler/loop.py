@@ -552,12 +552,17 @@ class Loop:
     # ----- evictions ----------------------------------------------------------------
 
     def _count_evictions(self) -> None:
+        """Count what the tree evicts, at each of the release's eviction entry points."""
         tree = self.stack.tree_cache
-        evict = tree.evict
+        for name in self.rel.evict_entry_points:
+            if hasattr(tree, name):
+                setattr(tree, name, self._counted(getattr(tree, name)))
+
+    def _counted(self, evict: Any) -> Any:
         totals = self.totals
 
-        def counted(params: Any) -> Any:
-            res = evict(params)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            res = evict(*args, **kwargs)
             if res is not None:
                 full = int(getattr(res, "num_tokens_evicted", 0) or 0)
                 swa = int(getattr(res, "swa_num_tokens_evicted", 0) or 0)
@@ -568,7 +573,7 @@ class Loop:
                 self.record.evicted += full + swa + mamba
             return res
 
-        tree.evict = counted
+        return counted
 
     # ----- the run ---------------------------------------------------------------------
 

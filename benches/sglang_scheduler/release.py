@@ -83,6 +83,8 @@ class Release0516:
     #: ``ServerArgs`` fields a launched server derives from the model (the driver sets
     #: them): passed to ``override_server_args`` (True), or set on the published object.
     derived_server_args_as_fields = False
+    #: The tree cache's eviction entry points (each evicts on its own, none through another).
+    evict_entry_points: tuple[str, ...] = ("evict",)
     #: The tree caches this release builds (``config.CACHES``).
     caches: tuple[str, ...] = ("radix", "hybrid", "chunk")
     #: SGLang's own SWA pool with more SWA than full layers: 0.5.16 indexes its SWA table
@@ -176,6 +178,8 @@ class Release0523(Release0516):
     environ = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
     derived_server_args_as_fields = True  # ServerArgs refuses attributes set after
     caches: tuple[str, ...] = ("radix", "chunk")  # no per-hybrid radix caches any more
+    # Allocation-time eviction goes through evict_for_alloc (both call _evict directly).
+    evict_entry_points: tuple[str, ...] = ("evict", "evict_for_alloc")
     sglang_runs_more_swa = True
     # Its SWA component moves physical SWA pages between virtual ids (_transfer_swa_pages),
     # which the drop-in refuses: done by value on both pools (patches.py).
