@@ -508,6 +508,15 @@ class Loop:
         self.shadow.poll()
         if self.totals.offload_unsupported:
             return  # SGLang's pool failed it once: not again
+        if self.cfg.pool != "ukv" and self.cfg.device.startswith("cuda"):
+            # SGLang's pool indexes its K/V views with the virtual ids here; where they
+            # pass its buffer that is an IndexError on the CPU (recorded below) but a
+            # device-side assert on CUDA, which ends the process. The pair changes no
+            # allocator state, so leaving it out keeps the two runs comparable.
+            self.totals.offload_unsupported = (
+                "not run on CUDA (its out-of-range gather is a device-side assert there)"
+            )
+            return
         try:
             req.offload_kv_cache(st.req_to_token_pool, st.allocator)
             req.load_kv_cache(st.req_to_token_pool, st.allocator)

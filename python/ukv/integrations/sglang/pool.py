@@ -67,20 +67,22 @@ def max_moves_per_call() -> int:
 
 
 def lockstep_required() -> bool:
-    """Whether frees must settle at deterministic points: ``UKV_SGLANG_LOCKSTEP`` ("1"
-    or "0") when set, else whether ``torch.distributed`` runs more than one rank.
+    """Whether every free call applies its queued frees before it returns:
+    ``UKV_SGLANG_LOCKSTEP`` ("1" or "0") when set, else yes.
 
-    SGLang runs one scheduler per tensor-parallel rank and relies on identical sizes
-    from identical calls (admission, ``check_decode_mem``, retraction). A free of ids on
-    the GPU counts once its copy to the host has landed, which differs between ranks;
-    in lockstep mode every free call applies its queued frees before it returns (a
-    short host wait for that copy), so every rank sees the same sizes.
+    SGLang reads its pool's sizes right after it frees and expects them exact: admission,
+    ``check_decode_mem`` and retraction decide on them, its idle leak check adds them up
+    to the pool's capacity, and with tensor parallelism every rank's scheduler must see the
+    same sizes from the same calls. A free of ids on the GPU counts once its asynchronous
+    copy to the host has landed; in lockstep mode each free call waits for that copy (a
+    short host wait, only when it frees GPU ids) so the sizes are exact when it returns.
+    ``UKV_SGLANG_LOCKSTEP=0`` keeps frees deferred (no host wait; sizes lag until the copy
+    lands, which SGLang's strict idle check reports as a leak).
     """
     raw = os.environ.get("UKV_SGLANG_LOCKSTEP")
     if raw is not None:
         return raw.strip().lower() in ("1", "true", "yes")
-    dist = torch.distributed
-    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    return True
 
 
 @dataclass(frozen=True)

@@ -483,6 +483,7 @@ class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator)
         if self.free_group is not None:
             self._swa_group.append(free_index.detach().clone())
             return
+        self._apply_queued_frees()  # a token an earlier free released reads as released
         v2p = self.swa_attn_allocator.virtual_to_physical
         ids = free_index.detach().to(torch.int64)
         bound = (v2p[(ids // self.page_size).to(v2p.device)] > 0).to(ids.device)
