@@ -242,26 +242,56 @@ SCENARIOS = textwrap.dedent(
         sizes(scn, "after", a)
         rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
 
-    def mamba(ps, lazy):
+    def init_mamba(ps, lazy=False, drafts=None):
         # SGLang's own Mamba-hybrid factory (the shipped builders have none)
         from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
 
-        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
         cp = types.SimpleNamespace(
             shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
             dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
             layers=[0],
         )
-        b = init_unified_mamba_pools(
+        return init_unified_mamba_pools(
             device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
             start_layer=0, end_layer=2, is_draft_worker=False, use_mla_backend=False,
             mamba_layer_ids=[0], full_attention_layer_ids=[1], mamba2_cache_params=cp,
             model_context_len=64 * ps, extra_max_context_len=1, max_total_num_tokens=100 * ps,
             max_mamba_cache_size=8, max_num_reqs=4, enable_memory_saver=False,
             enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
-            speculative_num_draft_tokens=None, disable_overlap_schedule=True, need_sort=False,
+            speculative_num_draft_tokens=drafts, disable_overlap_schedule=True, need_sort=False,
             lazy_compaction=lazy,
         )
+
+    def spec_mamba(ps, lazy):
+        # speculative_num_draft_tokens on the Mamba pair: SGLang 0.5.23's pool keeps the
+        # per-draft verify scratch by batch row; the drop-in's 0.5.23 layout refused the
+        # keyword (found by the scheduler driver). A verify step writes each row's drafts,
+        # commits one draft per request into its slot; a free and a flush move a slot.
+        scn = f"spec_mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        b = init_mamba(ps, lazy, drafts=3)
+        a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+        cache = req.mamba_pool.mamba_cache
+        rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
+                             [list(w.shape) for w in cache.intermediate_conv_window]])
+        layer = req.mamba2_layer_cache(0)
+        rec(scn, "layer_view", layer.intermediate_ssm.data_ptr() == cache.intermediate_ssm[0].data_ptr())
+        slots = req.mamba_allocator.alloc(3)
+        for row in range(3):
+            for t in range(3):
+                cache.intermediate_ssm[:, row, t] = 10.0 * row + t
+        phys = req.translate_mamba_indices(slots)
+        for row, slot in enumerate(phys.tolist()):
+            cache.temporal[:, slot] = cache.intermediate_ssm[:, row, row]
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        moved = req.translate_mamba_indices(slots[1:])
+        rec(scn, "moved", moved)
+        rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
+                               for r, s in enumerate(moved.tolist())])
+
+    def mamba(ps, lazy):
+        scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
+        b = init_mamba(ps, lazy)
         a, kv, req = b.token_to_kv_pool_allocator, b.token_to_kv_pool, b.req_to_token_pool
         rec(scn, "sizes", [a.size, a.size_full, a.size_mamba, a.available_size(),
                            a.mamba_slot_full_token_cost(), req.mamba_allocator.size])
@@ -332,7 +362,78 @@ SCENARIOS = textwrap.dedent(
         rec(scn, "evict_to_free", a.evict_to_free_tokens(cache, 16 * ps))
         rec(scn, "can_reserve", [a.can_reserve(16 * ps, 16 * ps), a.can_reserve(10**6, 1)])
 
+    def unmarked_loc(ps):
+        # A write loc nobody marked physical (a bare tensor, or 0.5.16's KVWriteLoc form
+        # with virtual ids) is refused with ValueError, bytes untouched. The drop-in
+        # took it and wrote at the unmarked ids (found by the scheduler driver).
+        scn = f"unmarked_loc-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=False)
+        kv = a.get_kvcache()
+        ids = a.alloc(4 * ps)
+        write(a, kv, ids, (0, 1))
+        full = a.translate_kv_loc(ids)
+        swa = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+        for tag, loc in (("bare", ids), ("virtual", KVWriteLoc(ids, swa_loc=swa, full_loc=full)),
+                         ("unmarked", KVWriteLoc(full, swa_loc=swa, full_loc=full, physical=False))):
+            for layer in (0, 1):
+                try:
+                    kv.set_kv_buffer(types.SimpleNamespace(layer_id=layer), loc,
+                                     torch.zeros_like(rows(ids, layer)), torch.zeros_like(rows(ids, layer)))
+                    rec(scn, f"{tag}.{layer}", "written")
+                except (ValueError, AssertionError) as exc:  # no swa_loc: AssertionError
+                    rec(scn, f"{tag}.{layer}", "AssertionError" if isinstance(exc, AssertionError) else "ValueError")
+        check(scn, "after", a, kv, ids, ids, (0, 1), 1)
+        mb = init_mamba(ps)
+        try:
+            mb.token_to_kv_pool.set_kv_buffer(
+                types.SimpleNamespace(layer_id=1), KVWriteLoc(mb.token_to_kv_pool_allocator.alloc(ps)),
+                torch.zeros(ps, 1, 8, dtype=torch.float16), torch.zeros(ps, 1, 8, dtype=torch.float16))
+            rec(scn, "mamba", "written")
+        except ValueError:
+            rec(scn, "mamba", "ValueError")
+
+    def cpu_copy(ps):
+        # SGLang 0.5.23's Req.offload_kv_cache / load_kv_cache pass req_pool_index to the
+        # SWA pair's get_cpu_copy / load_cpu_copy; the drop-in's pair took no such
+        # keyword (TypeError at the first retraction; found by the scheduler driver).
+        scn = f"cpu_copy-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=False)
+        kv = a.get_kvcache()
+        ids = a.alloc(4 * ps)
+        write(a, kv, ids, (0, 1))
+        copy = a.get_cpu_copy(ids, mamba_indices=None, req_pool_index=1)
+        zero = torch.zeros_like(rows(ids, 0))
+        full = a.translate_kv_loc(ids)
+        swa = a.translate_loc_from_full_to_swa(ids).to(torch.int64)
+        for layer in (0, 1):
+            kv.set_kv_buffer(types.SimpleNamespace(layer_id=layer),
+                             KVWriteLoc(full, swa_loc=swa, full_loc=full, physical=True), zero, zero)
+        a.load_cpu_copy(copy, ids, mamba_indices=None, req_pool_index=1)
+        check(scn, "loaded", a, kv, ids, ids, (0, 1), 1)
+
+    def lazy_available(ps):
+        # Lazy mode, right after frees: the joint available_size counts the freed pages
+        # (SGLang drains holes into its count; the drop-in counts what its allocation gets
+        # with the urgent flush it runs), and an allocation of that much succeeds. (The
+        # state where the drop-in's count used to fall short, holes the two sides do not
+        # pair, is the scheduler driver's swa-ps16-lazy-radix run on 0.5.23:
+        # tests/test_sglang_scheduler.py's capacity test is its regression test.)
+        scn = f"lazy_available-ps{ps}"
+        a = fx.build_swa_pool(page_size=ps, lazy=True)
+        ids = a.alloc(40 * ps)
+        before = a.available_size()
+        a.free(ids[8 * ps : 16 * ps])
+        a.free_swa(ids[24 * ps : 32 * ps])
+        rec(scn, "gain", a.available_size() - before)
+        got = a.alloc(a.available_size())
+        rec(scn, "alloc_of_available", got is not None)
+
     for ps in (1, 4):
+        lazy_available(ps)
+        unmarked_loc(ps)
+        cpu_copy(ps)
+        for lazy in (False, True):
+            spec_mamba(ps, lazy)
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),

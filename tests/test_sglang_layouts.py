@@ -165,6 +165,7 @@ def test_0523_stack_keeps_the_bytes_through_compaction(build, ps: int, lazy: boo
     full, swa = a.translate_kv_loc(ids), a.translate_loc_from_full_to_swa(ids)
     assert swa.dtype == torch.int64  # 0.5.23's translate
     loc = bases.names["KVWriteLoc"](full, swa_loc=swa, full_loc=full)
+    loc.physical = True  # 0.5.23's mark, which its write door demands (0.5.16's class lacks it)
     for layer in (0, 1):
         kv.set_kv_buffer(
             types.SimpleNamespace(layer_id=layer), loc, _rows(ids, layer), -_rows(ids, layer)

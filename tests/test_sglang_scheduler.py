@@ -1,4 +1,6 @@
-"""SGLang 0.5.16's own scheduler on its unified pool and on the ukv drop-in, side by side.
+"""SGLang's own scheduler on its unified pool and on the ukv drop-in, side by side, for
+the release ``UKV_SGLANG_PATH`` holds (0.5.16 or 0.5.23: ``benches/sglang_scheduler/
+release.py`` is the seam; CI runs this file under both).
 
 ``benches/sglang_scheduler_driver.py`` drives SGLang's admission (``PrefillAdder``),
 allocation with eviction, radix caches, retraction and idle leak check in strict mode on
@@ -58,15 +60,16 @@ from sglang_stubs import sglang_found, sglang_release  # noqa: E402
 
 
 def needs_sglang(test: Any) -> Any:
-    """SGLang 0.5.16 on ``UKV_SGLANG_PATH`` (a failure instead of a skip where
-    ``UKV_REQUIRE_SGLANG=1``); the driver targets that release's scheduler."""
+    """SGLang 0.5.16 or 0.5.23 on ``UKV_SGLANG_PATH`` (a failure instead of a skip where
+    ``UKV_REQUIRE_SGLANG=1``); the driver drives those releases' schedulers."""
     test = pytest.mark.skipif(
         not sglang_found(),
         reason="SGLang not found: set UKV_SGLANG_PATH to a --no-deps install (docs/SGLANG.md)",
     )(test)
     return pytest.mark.skipif(
-        sglang_release() not in (None, "0.5.16"),
-        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}: the driver drives 0.5.16",
+        sglang_release() not in (None, "0.5.16", "0.5.23"),
+        reason=f"UKV_SGLANG_PATH holds SGLang {sglang_release()}: the driver drives "
+        "0.5.16 and 0.5.23",
     )(test)
 
 
@@ -101,7 +104,8 @@ def side_by_side() -> dict:
     return out
 
 
-def _check_run(brief: dict, hybrid: str) -> None:
+def _check_run(brief: dict, name: str) -> None:
+    hybrid = name.split("-")[0]
     assert brief["error"] is None, brief["error"]
     assert brief["checks"] == brief["iterations"] + 1  # after every iteration, and at the end
     assert brief["tokens_checked"] > 0
@@ -109,6 +113,12 @@ def _check_run(brief: dict, hybrid: str) -> None:
         assert brief["states_checked"] > 0
         assert brief["busy_checks"] == brief["iterations"]
     assert brief["idle_checks"] >= 1  # SGLang's strict leak check, at least when drained
+    if "-spec" in name:
+        # Verify steps ran: every row's drafts written to the scratch and read back, at
+        # least one draft accepted per row, the accepted one committed (then read back).
+        spec = brief["spec"]
+        assert spec["verify_steps"] > 0
+        assert spec["drafts_written"] > spec["drafts_accepted"] >= spec["verify_steps"]
 
 
 @needs_sglang
@@ -118,10 +128,9 @@ def test_scheduler_runs_clean_on_the_dropin(side_by_side: dict, name: str) -> No
     live state read back intact after every iteration; SGLang's own pool too, where it can
     be built."""
     pair = side_by_side[name]
-    hybrid = name.split("-")[0]
-    _check_run(pair["ukv"], hybrid)
+    _check_run(pair["ukv"], name)
     if "sglang" in pair:
-        _check_run(pair["sglang"], hybrid)
+        _check_run(pair["sglang"], name)
 
 
 @needs_sglang

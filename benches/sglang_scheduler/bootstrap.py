@@ -1,4 +1,5 @@
-"""Make SGLang 0.5.16 importable in this process, with its pool or with the drop-in.
+"""Make SGLang (0.5.16 or 0.5.23) importable in this process, with its pool or with the
+drop-in.
 
 The order matters and is SGLang's deployment order: on the CPU Triton's interpreter is
 switched on before Triton is imported (SGLang's paged allocation is a Triton kernel);
@@ -43,6 +44,9 @@ def prepare(pool: str, device: str, sglang_path: str) -> None:
         raise SystemExit(
             "SGLang not found: pass --sglang-path or set UKV_SGLANG_PATH (docs/SGLANG.md)"
         )
+    from sglang_scheduler import release
+
+    os.environ.update(release.current().environ)
     if device == "cuda":
         import peer_sglang  # serves sgl_kernel when the GPU machine has none
 
@@ -84,10 +88,16 @@ def publish_server_args(**fields: Any) -> Any:
     """
     from sglang.srt.runtime_context import get_context
 
+    from sglang_scheduler import release
+
     global _override
     if _override is not None:
         _override.restore()
-    _override = get_context().override_server_args(**fields)
+    derived = {"_mamba_cache_chunk_size": max(64, fields.get("page_size", 1))}
+    as_fields = release.current().derived_server_args_as_fields
+    _override = get_context().override_server_args(**fields, **(derived if as_fields else {}))
     args = _override.install()
-    object.__setattr__(args, "_mamba_cache_chunk_size", max(64, fields.get("page_size", 1)))
+    if not as_fields:
+        for name, value in derived.items():
+            object.__setattr__(args, name, value)
     return args

@@ -50,6 +50,12 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Confi
         "--forward-delay-us", type=int, default=0, help="CUDA: each forward sleeps first"
     )
     p.add_argument(
+        "--spec-drafts",
+        type=int,
+        default=0,
+        help="Mamba: speculative_num_draft_tokens; every decode is then a verify step",
+    )
+    p.add_argument(
         "--matrix", default=None, help="a JSON file of configurations (overrides the flags)"
     )
     p.add_argument("--sglang-path", default=os.environ.get("UKV_SGLANG_PATH", ""))
@@ -88,11 +94,14 @@ def config_from_flags(a: argparse.Namespace) -> Config:
         steps=a.steps,
         seed=a.seed,
         forward_delay_us=a.forward_delay_us,
+        spec_drafts=a.spec_drafts,
     )
 
 
 def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
-    from sglang_scheduler.loop import Loop
+    from sglang_scheduler import release
+
+    Loop = release.current().loop_class()  # noqa: N806 - the release's scheduler
 
     if cfg.device == "cpu":
         from sglang_scheduler import events
@@ -140,6 +149,8 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
             checks=loop.shadow.checks,
             tokens_checked=loop.shadow.tokens_checked,
             states_checked=loop.shadow.states_checked,
+            spec=dict(loop.forward.spec),
+            moved=_moved(loop),
         )
     out["sglang_patches"] = {
         name: patches.COUNTS.get(name, 0) - counts_before.get(name, 0) for name in patches.APPLIED
@@ -147,11 +158,22 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
     return out
 
 
+def _moved(loop: Any) -> dict[str, int] | None:
+    """Pages (state slots on a state sub-pool) ukv's compaction moved, per sub-pool: the
+    drop-in's own count (SGLang's pool keeps none)."""
+    buffer = getattr(loop.stack.allocator, "unified_buffer", None)
+    pool = getattr(buffer, "ukv_pool", None) if buffer is not None else None
+    if pool is None:
+        return None
+    return {s.name: int(s.pages_moved) for s in pool.stats().sub_pools}
+
+
 def side_by_side(a: argparse.Namespace) -> int:
     """``--side-by-side``: both pools over the matrix; prints the table and a verdict."""
     from sglang_scheduler import config, sidebyside
 
-    env = dict(os.environ, UKV_SGLANG_PATH=a.sglang_path)
+    os.environ["UKV_SGLANG_PATH"] = a.sglang_path  # the matrix follows its release
+    env = dict(os.environ)
     t0 = time.perf_counter()
     res = sidebyside.run(
         config.matrix(

@@ -139,4 +139,6 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
         "busy_checks": t.get("busy_checks"),
         "seconds": r.get("seconds"),
         "patches": r.get("sglang_patches"),
+        "spec": r.get("spec"),
+        "moved": r.get("moved"),
     }

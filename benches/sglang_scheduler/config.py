@@ -6,10 +6,12 @@ import dataclasses
 import json
 from typing import Any
 
-#: Tree caches: ``radix`` is what SGLang 0.5.16's ``create_tree_cache`` builds for a hybrid
-#: model (``UnifiedRadixCache`` with the SWA or Mamba component); ``hybrid`` is the
-#: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``); ``chunk`` is
-#: ``--disable-radix-cache`` (``SWAChunkCache`` / ``ChunkCache``).
+#: Tree caches: ``radix`` is what SGLang's ``create_tree_cache`` builds for a hybrid
+#: model (``UnifiedRadixCache`` with the SWA or Mamba component); ``hybrid`` is 0.5.16's
+#: per-hybrid radix cache (``SWARadixCache`` / ``MambaRadixCache``; 0.5.23 has none);
+#: ``chunk`` is ``--disable-radix-cache`` (0.5.16: ``SWAChunkCache`` / ``ChunkCache``;
+#: 0.5.23: ``UnifiedRadixCache`` disabled). ``release.Release*.caches`` says which a
+#: release has.
 CACHES = ("radix", "hybrid", "chunk")
 #: The Mamba hybrid's full-attention tokens at page size 1 (see :func:`make`).
 MAMBA_FULL_TOKENS = 128
@@ -65,11 +67,20 @@ class Config:
     suffix_len: tuple[int, int] = (2, 16)
     output_len: tuple[int, int] = (4, 48)
     vocab: int = 1000
+    # Speculative decoding on the Mamba hybrid: draft tokens per verify step
+    # (``speculative_num_draft_tokens`` to the factories; 0: off). Every decode is then a
+    # verify step (``forward``): per-draft states into the scratch, one accepted.
+    spec_drafts: int = 0
+    # The factories' ``enable_mamba_extra_buffer`` (SGLang passes it with the radix
+    # cache's extra_buffer strategy only). Not in the matrix: the model stand-in does not
+    # write the track slots that strategy's tree donates.
+    extra_buffer: bool = False
     # GPU only: microseconds each forward sleeps on its stream before writing.
     forward_delay_us: int = 0
     # Self-test of the checks: after iteration ``corrupt_at``, overwrite one live token's K/V
     # ("kv": a running request's, "tree": one only the tree holds) or one live state
-    # ("state") through the pool's own write path; the run must then fail with LostBytes.
+    # ("state") through the pool's own write path, or ("draft") commit a rejected draft in every
+    # verify step from then on; the run must then fail with LostBytes.
     corrupt: str = ""
     corrupt_at: int = -1
 
@@ -78,6 +89,8 @@ class Config:
         mode = "lazy" if self.lazy else "eager"
         layers = f"{len(self.full_layers)}f{len(self.other_layers)}{self.hybrid[0]}"
         name = f"{self.hybrid}-ps{self.page_size}-{mode}-{self.cache}-{layers}"
+        if self.spec_drafts:
+            name += f"-spec{self.spec_drafts}" + ("-xbuf" if self.extra_buffer else "")
         return f"{name}-corrupt-{self.corrupt}" if self.corrupt else name
 
     def to_json(self) -> dict[str, Any]:
@@ -140,26 +153,51 @@ def make(
 
 
 def matrix(
-    scale: int = 1, steps: int = 12, seed: int = 0, **fields: Any
+    scale: int = 1, steps: int = 12, seed: int = 0, release: Any = None, **fields: Any
 ) -> list[tuple[Config, bool]]:
     """The side-by-side matrix: ``(configuration, SGLang's pool can run it)``.
 
     SWA and Mamba x page sizes 1 and 16 x eager and lazy with the tree cache SGLang builds;
-    then the other tree caches once each; then more SWA than full layers (drop-in only).
-    ``fields`` go to every configuration (e.g. ``forward_delay_us``).
+    then the other tree caches of the release once each; then more SWA than full layers
+    (0.5.16: drop-in only); then the speculative configurations (:func:`speculative`).
+    ``fields`` go to every configuration (e.g. ``forward_delay_us``). ``release``: a
+    ``release.Release*`` (default: the SGLang on ``UKV_SGLANG_PATH``).
     """
+    if release is None:
+        from sglang_scheduler import release as release_mod
+
+        release = release_mod.current()
     out: list[tuple[Config, bool]] = []
     kw: dict[str, Any] = dict(scale=scale, steps=steps, seed=seed, **fields)
     for hybrid in ("swa", "mamba"):
         for ps in (1, 16):
             for lazy in (False, True):
                 out.append((make(hybrid, ps, lazy, **kw), True))
-    out.append((make("swa", 16, True, cache="hybrid", **kw), True))
+    if "hybrid" in release.caches:
+        out.append((make("swa", 16, True, cache="hybrid", **kw), True))
+        out.append((make("mamba", 1, True, cache="hybrid", **kw), True))
     out.append((make("swa", 1, False, cache="chunk", **kw), True))
-    out.append((make("mamba", 1, True, cache="hybrid", **kw), True))
-    out.append((make("swa", 1, True, more_swa=True, **kw), False))
-    out.append((make("swa", 16, False, more_swa=True, **kw), False))
+    if "hybrid" not in release.caches:
+        out.append((make("mamba", 1, True, cache="chunk", **kw), True))
+    more_swa = release.sglang_runs_more_swa
+    out.append((make("swa", 1, True, more_swa=True, **kw), more_swa))
+    out.append((make("swa", 16, False, more_swa=True, **kw), more_swa))
+    out += speculative(release, **kw)
     return out
+
+
+def speculative(release: Any, **kw: Any) -> list[tuple[Config, bool]]:
+    """Speculative decoding on the Mamba hybrid: ``speculative_num_draft_tokens`` to the
+    factories, every decode a verify step (``forward``: per-draft states written to the
+    scratch row of each batch position and read back, a seeded number of drafts accepted,
+    the last accepted draft's state committed into the request's slot). The radix cache
+    SGLang builds at page size 1 (no extra buffer) and the chunk cache at 16.
+    ``release.spec_on_sglang`` says whether SGLang's own pool builds it."""
+    ok = release.spec_on_sglang
+    return [
+        (make("mamba", 1, False, spec_drafts=3, **kw), ok),
+        (make("mamba", 16, True, spec_drafts=4, **kw), ok),
+    ]
 
 
 def self_tests(steps: int = 12, seed: int = 0) -> list[Config]:
@@ -171,6 +209,8 @@ def self_tests(steps: int = 12, seed: int = 0) -> list[Config]:
         # Late enough that finished requests left tokens only the tree holds.
         make("swa", 1, False, corrupt="tree", corrupt_at=40, **kw),
         make("mamba", 1, False, corrupt="state", corrupt_at=6, **kw),
+        # A verify step that commits a rejected draft's state.
+        make("mamba", 1, False, spec_drafts=3, corrupt="draft", corrupt_at=6, **kw),
     ]
 
 

@@ -112,9 +112,9 @@ class _TorchOnHost:
 
 def install_host_streams() -> None:
     """Route the pools' ``current_stream()`` to the host stream (CPU runs only)."""
-    import importlib
+    from sglang_scheduler import release
 
-    sglang_alloc = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
+    sglang_alloc = release.import_allocator_module()
     if getattr(sglang_alloc, "__ukv_dropin__", False):
         from ukv.integrations.sglang import allocator as dropin_alloc
 

@@ -11,12 +11,25 @@ Triton attention backend:
 * on the forward stream (``events``): the deferred Mamba clear and copy-on-write
   (``mamba_pool.clear_slots`` / ``copy_from`` of the batch's ``mamba_clear_indices`` /
   ``mamba_cow_*``, as ``ModelRunner`` does before the layers); per attention layer
-  ``token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc, full_loc), k, v)``
+  ``token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(...), k, v)`` (the release's write
+  loc: 0.5.16 takes the virtual ids with the translated ones, 0.5.23 the physical ids
+  marked physical)
   with K/V rows that encode each token's content key (``values``), then a read of every
   context token the attention would read (all of it on full layers, the sliding window
   on SWA layers), compared with the keys; per Mamba layer a read of the request's state
   (which must be the state of its prefix, or zeros for a fresh slot) and a write of the
   state after the batch's tokens.
+
+With ``speculative_num_draft_tokens`` (``Config.spec_drafts``), every decode forward of
+the Mamba hybrid is a verify step, as SGLang's verify kernels and its accept path write
+it: per Mamba layer, for batch row ``i`` and draft ``d``, the state after that draft goes
+to the pool's per-draft scratch (``intermediate_ssm[i, d]``,
+``intermediate_conv_window[k][i, d]``: rows by batch position) and is read back; a seeded
+number of drafts is accepted and the last accepted draft's state is committed into the
+request's own slot (translated with ``translate_mamba_indices``). The accepted draft's
+state is the request's state after this step (the scheduler advances one token per
+decode, so the accepted draft stands for that token); the rejected drafts hold states no
+prefix has, so a commit of the wrong draft, row or slot is a lost state the shadow finds.
 
 A read that does not match is a lost byte: it is counted (and, on the CPU, described)
 and reported by the shadow's check.
@@ -31,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sglang_scheduler import values
+from sglang_scheduler import release, values
 from sglang_scheduler.stack import KV_DTYPE, Stack
 
 
@@ -79,6 +92,9 @@ class Forward:
         self.read_errors = torch.zeros((), dtype=torch.int64, device=dev)
         self.details: list[str] = []
         self.cpu = dev == "cpu"
+        # Speculative verify steps: how many, drafts written to the scratch, drafts
+        # accepted (the committed one and those before it).
+        self.spec = {"verify_steps": 0, "drafts_written": 0, "drafts_accepted": 0}
 
     # ----- launch (host side) -------------------------------------------------------------
 
@@ -86,6 +102,8 @@ class Forward:
         """Launch the forward of ``batch`` (already prepared by SGLang)."""
         st = self.stack
         plan = self._plan(batch)
+        if st.is_mamba and st.config.spec_drafts and batch.forward_mode.is_decode():
+            self._plan_verify(batch, plan, step)
         effects = lambda: self._effects(plan)  # noqa: E731
         event = st.forward_stream.launch(effects)
         return Launched(event, plan["vids"], plan["write_keys_np"], plan["states"], step, plan)
@@ -104,7 +122,7 @@ class Forward:
             s = self.seqs[req]
             keys = s.keys(seq)
             write_keys.append(keys[pre:seq])
-            ctx = rows[req.req_pool_idx, :seq].to(torch.int64)
+            ctx = rows[release.current().row(req), :seq].to(torch.int64)
             read_vids.append(ctx)
             read_keys.append(keys)
             lo = max(0, pre - st.config.window + 1)
@@ -138,7 +156,8 @@ class Forward:
     def _plan_mamba(self, batch: Any, plan: dict, old_keys: list, new_keys: list) -> None:
         pool = self.stack.req_to_token_pool
         dev = self.stack.config.device
-        slots = torch.stack([torch.as_tensor(r.mamba_pool_idx).reshape(()) for r in batch.reqs])
+        idx = release.current().mamba_idx
+        slots = torch.stack([torch.as_tensor(idx(r)).reshape(()) for r in batch.reqs])
         plan["slots"] = pool.translate_mamba_indices(slots.to(dev))
         plan["old_state_keys"] = torch.tensor(old_keys, dtype=torch.int64, device=dev)
         plan["new_state_keys"] = torch.tensor(new_keys, dtype=torch.int64, device=dev)
@@ -158,21 +177,42 @@ class Forward:
             else None
         )
 
+    def _plan_verify(self, batch: Any, plan: dict, step: int) -> None:
+        """The verify step's accepted draft per batch row (seeded by request and length)."""
+        cfg = self.stack.config
+        d = cfg.spec_drafts
+        accept = []
+        for req, seq in zip(batch.reqs, batch.seq_lens_cpu.tolist()):
+            h = (self.seqs[req].index * 0x9E3779B1 + seq * 0x85EBCA6B) & 0xFFFFFFFF
+            accept.append((h >> 7) % d)
+        commit = list(accept)
+        if cfg.corrupt == "draft" and step >= cfg.corrupt_at:
+            commit = [(a + 1) % d for a in accept]  # the checks' self-test: a rejected draft
+        dev = cfg.device
+        new = plan["new_state_keys"]
+        drafts = torch.arange(d, device=dev, dtype=torch.int64)
+        acc = torch.tensor(accept, dtype=torch.int64, device=dev)
+        rejected = (new[:, None] * 31 + drafts[None, :] + 1) % values._MOD + 1
+        plan["draft_keys"] = torch.where(drafts[None, :] == acc[:, None], new[:, None], rejected)
+        plan["commit"] = torch.tensor(commit, dtype=torch.int64, device=dev)
+        plan["rows"] = torch.arange(len(accept), device=dev, dtype=torch.int64)
+        self.spec["verify_steps"] += 1
+        self.spec["drafts_written"] += d * len(accept)
+        self.spec["drafts_accepted"] += sum(a + 1 for a in accept)
+
     # ----- effects (forward stream) ---------------------------------------------------------
 
     def _effects(self, plan: dict[str, Any]) -> None:
         st = self.stack
         if st.is_mamba:
             self._mamba_prologue(plan)
-        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
         n = plan["write_keys"].numel()
         hd = st.config.head_num * st.config.head_dim
         shape = (n, st.config.head_num, st.config.head_dim)
         for layer_id in st.full_layers + st.swa_layers:
             k = values.encode(plan["write_keys"], layer_id, values.K, hd, KV_DTYPE).view(shape)
             v = values.encode(plan["write_keys"], layer_id, values.V, hd, KV_DTYPE).view(shape)
-            loc = KVWriteLoc(plan["loc"], plan.get("swa_loc"), full_loc=plan["full_loc"])
+            loc = release.current().write_loc(plan["loc"], plan["full_loc"], plan.get("swa_loc"))
             st.token_to_kv_pool.set_kv_buffer(_layer(layer_id), loc, k, v)
         for layer_id in st.full_layers:
             self._check_reads(layer_id, plan["read_full"], plan["read_full_keys"], "full")
@@ -213,6 +253,11 @@ class Forward:
         cache = self.stack.req_to_token_pool.mamba2_layer_cache(layer_id)
         slots = plan["slots"].to(torch.int64)
         tensors = [(values.CONV, t) for t in cache.conv] + [(values.TEMPORAL, cache.temporal)]
+        scratch = (
+            list(cache.intermediate_conv_window) + [cache.intermediate_ssm]
+            if "draft_keys" in plan
+            else []
+        )
         for i, (kind, t) in enumerate(tensors):
             numel = int(np.prod(t.shape[1:]))
             got = t[slots].reshape(len(slots), -1)
@@ -225,5 +270,28 @@ class Forward:
                     f"forward read of state layer {layer_id} tensor {i}: slots "
                     f"{slots[bad].tolist()} do not hold their request's prefix state"
                 )
+            if "draft_keys" in plan:
+                self._verify(layer_id, kind + i, t, scratch[i], slots, plan)
+                continue
             new = values.encode(plan["new_state_keys"], layer_id, kind + i, numel, t.dtype)
             t[slots] = new.view(len(slots), *t.shape[1:])
+
+    def _verify(
+        self, layer_id: int, kind: int, state: Any, scratch: Any, slots: Any, plan: dict
+    ) -> None:
+        """One state tensor's verify step: every draft's state into the scratch rows, read
+        back, then the committed draft's copied into the request's slot."""
+        rows, keys = plan["rows"], plan["draft_keys"]
+        n, d = keys.shape
+        numel = int(np.prod(state.shape[1:]))
+        want = values.encode(keys.reshape(-1), layer_id, kind, numel, state.dtype)
+        scratch[rows] = want.view(n, d, *state.shape[1:])
+        got = scratch[rows].reshape(n * d, -1)
+        bad = (got != want).any(dim=1)
+        self.read_errors += bad.sum()
+        if self.cpu and bool(bad.any()):
+            self.details.append(
+                f"verify scratch of state layer {layer_id}: {int(bad.sum())} of {n * d} "
+                "draft states read back wrong"
+            )
+        state[slots] = scratch[rows, plan["commit"]]

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from sglang_scheduler import release
 from sglang_scheduler import stack as stack_mod
 from sglang_scheduler import trace as trace_mod
 from sglang_scheduler.config import Config
@@ -81,6 +82,7 @@ class Loop:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
 
         self.cfg = cfg
+        self.rel = release.current()
         self.last_batch: Any = None
         self.stack = stack_mod.build(cfg, lambda: self.last_batch, lambda: self.running_batch)
         self.running_batch = ScheduleBatch(reqs=[], batch_is_full=False)
@@ -383,6 +385,8 @@ class Loop:
         running request's state (``state``)."""
         st, sh = self.stack, self.shadow
         sh.poll()
+        if self.cfg.corrupt == "draft":
+            return None  # the forward commits a rejected draft from here on
         if self.cfg.corrupt == "tree":  # a token only the tree holds: no forward reads it
             held = set(sh.request_tokens(self._live_reqs())[0].tolist())
             for vids, _, _ in sh.tree_tokens():
@@ -392,24 +396,23 @@ class Loop:
             raise RuntimeError("no token only the tree holds at the chosen iteration")
         for req in self._live_reqs():
             if self.cfg.corrupt == "state":
-                if req.mamba_pool_idx is None or sh[req].index not in sh.state_len:
+                slot = self.rel.mamba_idx(req)
+                if slot is None or sh[req].index not in sh.state_len:
                     continue
-                idx = torch.as_tensor(req.mamba_pool_idx).reshape(1).to(self.cfg.device)
+                idx = torch.as_tensor(slot).reshape(1).to(self.cfg.device)
                 pool = st.req_to_token_pool
                 pool.mamba_pool.clear_slots(pool.translate_mamba_indices(idx))
                 return None
-            vid = st.req_to_token_pool.req_to_token[req.req_pool_idx, :1].to(torch.int64)
+            vid = st.req_to_token_pool.req_to_token[self.rel.row(req), :1].to(torch.int64)
             if sh.landed[int(vid)]:
                 return self._zero_token(vid)
         raise RuntimeError(f"nothing live to corrupt ({self.cfg.corrupt}) at the chosen iteration")
 
     def _zero_token(self, vid: torch.Tensor) -> None:
-        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
         st = self.stack
         shape = (1, self.cfg.head_num, self.cfg.head_dim)
         zero = torch.zeros(shape, dtype=stack_mod.KV_DTYPE, device=self.cfg.device)
-        loc = KVWriteLoc(vid, None, full_loc=st.allocator.translate_kv_loc(vid))
+        loc = self.rel.write_loc(vid, st.allocator.translate_kv_loc(vid), None)
         for layer_id in st.full_layers:
             layer = types.SimpleNamespace(layer_id=layer_id)
             st.token_to_kv_pool.set_kv_buffer(layer, loc, zero, zero)
@@ -458,7 +461,7 @@ class Loop:
                 seen[id(r)] = r
         if self.chunked_req is not None:
             seen[id(self.chunked_req)] = self.chunked_req
-        return [r for r in seen.values() if r.kv is not None and not r.finished()]
+        return [r for r in seen.values() if self.rel.holds_kv(r) and not r.finished()]
 
     def views(self) -> dict[str, int]:
         """The capacities SGLang's admission and eviction read, before this iteration."""
@@ -532,13 +535,11 @@ class Loop:
         self.totals.offload_round_trips += 1
 
     def _scribble(self, req: Any) -> None:
-        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
         st = self.stack
         n = req.seqlen - 1
-        lo = req.cache_protected_len
+        lo = self.rel.protected_len(req)
         if n > lo:
-            vids = st.req_to_token_pool.req_to_token[req.req_pool_idx, lo:n].to(torch.int64)
+            vids = st.req_to_token_pool.req_to_token[self.rel.row(req), lo:n].to(torch.int64)
             full = st.allocator.translate_kv_loc(vids)
             swa = st.token_to_kv_pool.translate_loc_from_full_to_swa(vids) if st.is_swa else None
             if swa is not None:
@@ -547,12 +548,12 @@ class Loop:
             shape = (vids.numel(), self.cfg.head_num, self.cfg.head_dim)
             zero = torch.zeros(shape, dtype=stack_mod.KV_DTYPE, device=self.cfg.device)
             for layer_id in st.full_layers + st.swa_layers:
-                loc = KVWriteLoc(vids, swa, full_loc=full)
+                loc = self.rel.write_loc(vids, full, swa)
                 st.token_to_kv_pool.set_kv_buffer(
                     types.SimpleNamespace(layer_id=layer_id), loc, zero, zero
                 )
-        if st.is_mamba and req.mamba_pool_idx is not None:
-            idx = torch.as_tensor(req.mamba_pool_idx).reshape(1).to(self.cfg.device)
+        if st.is_mamba and self.rel.mamba_idx(req) is not None:
+            idx = torch.as_tensor(self.rel.mamba_idx(req)).reshape(1).to(self.cfg.device)
             st.req_to_token_pool.mamba_pool.clear_slots(
                 st.req_to_token_pool.translate_mamba_indices(idx)
             )
@@ -560,12 +561,17 @@ class Loop:
     # ----- evictions ----------------------------------------------------------------
 
     def _count_evictions(self) -> None:
+        """Count what the tree evicts, at each of the release's eviction entry points."""
         tree = self.stack.tree_cache
-        evict = tree.evict
+        for name in self.rel.evict_entry_points:
+            if hasattr(tree, name):
+                setattr(tree, name, self._counted(getattr(tree, name)))
+
+    def _counted(self, evict: Any) -> Any:
         totals = self.totals
 
-        def counted(params: Any) -> Any:
-            res = evict(params)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            res = evict(*args, **kwargs)
             if res is not None:
                 full = int(getattr(res, "num_tokens_evicted", 0) or 0)
                 swa = int(getattr(res, "swa_num_tokens_evicted", 0) or 0)
@@ -576,7 +582,7 @@ class Loop:
                 self.record.evicted += full + swa + mamba
             return res
 
-        tree.evict = counted
+        return counted
 
     # ----- the run ---------------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""SGLang 0.5.16 defects the driver works around, each named in the run's summary.
+"""SGLang defects and drop-in gaps the driver works around, each named in the run's
+summary (``release.Release*.scheduling_patches`` says which a release needs).
+
+SGLang 0.5.16:
 
 Two concern only SGLang's own unified Mamba pool (the drop-in has neither defect):
 
@@ -32,6 +35,19 @@ pools alike (the comparison stays fair; the drop-in shares SGLang's API here):
   only (``PrefillAdder._mamba_gap_budget_for_req``'s FIXME), not for this copy. SGLang's
   own pool dies there too (seed 3 of the default CPU trace). The patched method then
   also evicts the full KV one slot's bytes take (``mamba_slot_full_token_cost``).
+
+SGLang 0.5.23 fixed both scheduling defects on its own pool; one path remains patched,
+on both pools alike, for a drop-in gap:
+
+* ``swa_page_transfer``: when an insert meets an SWA tombstone whose full KV a running
+  request locks, 0.5.23's SWA component hands the node's virtual pages the incoming
+  request's *physical* SWA pages (``SWAComponent._transfer_swa_pages``:
+  ``swa_attn_allocator.bind(kept, physical)``, then a tombstone written into the SWA
+  side's v2p table). ukv's core places physical pages itself and its tables are
+  read-only, so the drop-in refuses ``bind`` (docs/SGLANG.md, "SGLang 0.5.23"). The
+  method is replaced by the same outcome by value (:func:`rebind` without freeing the
+  incoming full side, which SGLang's caller does): new SWA pages bound to the node's
+  ids, the incoming rows copied there, the incoming SWA pages released.
 """
 
 from __future__ import annotations
@@ -82,16 +98,24 @@ def mamba_pool_replayssm_attrs(req_to_token_pool: Any) -> None:
 
 def scheduling(stack: Any) -> None:
     """The patches of SGLang's scheduling code, bound to ``stack``'s pool."""
+    from sglang_scheduler import release
+
     global _stack
     _stack = stack
-    if stack.is_swa:
+    wanted = release.current().scheduling_patches
+    if stack.is_swa and "swa_locked_full_recovery" in wanted:
         from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
         from sglang.srt.mem_cache.unified_cache_components.swa_component import SWAComponent
 
         SWARadixCache._recover_tombstone_keeping_locked_full = _swa_radix_recover
         SWAComponent._restore_device_value_with_locked_full = _component_recover
         _note("swa_locked_full_recovery")
-    else:
+    elif stack.is_swa and "swa_page_transfer" in wanted:
+        from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+
+        SWAComponent._transfer_swa_pages = _component_transfer
+        _note("swa_page_transfer")
+    elif stack.is_mamba and "mamba_slot_full_eviction" in wanted:
         from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
         from sglang.srt.mem_cache.unified_cache_components.mamba_component import (
             MambaComponent,
@@ -105,14 +129,14 @@ def scheduling(stack: Any) -> None:
 # ----- swa_locked_full_recovery -------------------------------------------------------------
 
 
-def rebind(full_value: torch.Tensor, incoming: torch.Tensor) -> None:
+def rebind(full_value: torch.Tensor, incoming: torch.Tensor, free_incoming: bool = True) -> None:
     """Give the node's virtual tokens ``full_value`` the SWA content of ``incoming``, then
-    free ``incoming`` (both sides): read the incoming SWA bytes (after the in-flight forward
+    free ``incoming`` (both sides; only its SWA side when not ``free_incoming``): read the incoming SWA bytes (after the in-flight forward
     lands: a chunk being stashed may still be written), release their SWA slots
     (``free_swa``), bind the node's pages on the SWA side
     (``swa_attn_allocator.alloc_with_virtual``), write the bytes there with the pool's own
     ``set_kv_buffer``, free the incoming tokens."""
-    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    from sglang_scheduler import release
 
     st = _stack
     pool, alloc = st.token_to_kv_pool, st.allocator
@@ -132,10 +156,11 @@ def rebind(full_value: torch.Tensor, incoming: torch.Tensor) -> None:
     dst = pool.translate_loc_from_full_to_swa(full_value).to(torch.int64)
     assert bool((dst > 0).all()), "alloc_with_virtual left a token without an SWA slot"
     for layer_id, (k, v) in saved.items():
-        loc = KVWriteLoc(full_value, dst, full_loc=None)
+        loc = release.current().write_loc(full_value, alloc.translate_kv_loc(full_value), dst)
         pool.set_kv_buffer(types.SimpleNamespace(layer_id=layer_id), loc, k, v)
-    alloc.free(incoming)
-    COUNTS["swa_locked_full_recovery"] += 1
+    if free_incoming:
+        alloc.free(incoming)
+        COUNTS["swa_locked_full_recovery"] += 1
 
 
 def _rows(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
@@ -151,6 +176,13 @@ def _swa_radix_recover(self: Any, node: Any, incoming_full: torch.Tensor) -> Non
     node.swa_tombstone = False
     self.swa_lru_list.insert_mru(node)
     self.swa_evictable_size_ += len(node.value)
+
+
+def _component_transfer(
+    self: Any, allocator: Any, full_value: torch.Tensor, incoming: torch.Tensor
+) -> None:
+    rebind(full_value, incoming, free_incoming=False)
+    COUNTS["swa_page_transfer"] += 1
 
 
 def _component_recover(

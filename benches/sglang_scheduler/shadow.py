@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sglang_scheduler import values
+from sglang_scheduler import release, values
 from sglang_scheduler.forward import Launched, gather_rows
 from sglang_scheduler.stack import KV_DTYPE, Stack
 from sglang_scheduler.trace import Arrival, sampled_token
@@ -119,15 +119,16 @@ class Shadow:
         """Virtual tokens the requests hold, their keys, and per request its window."""
         rows = self.stack.req_to_token_pool.req_to_token
         vids, keys, windows = [], [], []
+        rel = release.current()
         for req in reqs:
-            if req.kv is None or req.req_pool_idx is None:
+            if not rel.holds_kv(req) or rel.row(req) is None:
                 continue
-            n = req.kv.kv_allocated_len
-            v = rows[req.req_pool_idx, :n].to(torch.int64).cpu().numpy()
+            n = rel.allocated_len(req)
+            v = rows[rel.row(req), :n].to(torch.int64).cpu().numpy()
             k = self[req].keys(n)
             vids.append(v)
             keys.append(k)
-            lo = max(req.kv.swa_evicted_seqlen, req.kv_committed_len - self.stack.config.window)
+            lo = max(rel.swa_evicted_len(req), rel.committed_len(req) - self.stack.config.window)
             windows.append(v[max(lo, 0) :])
         cat = lambda xs: np.concatenate(xs) if xs else np.empty(0, np.int64)  # noqa: E731
         return cat(vids), cat(keys), windows
@@ -242,11 +243,12 @@ class Shadow:
         slots, keys = [], []
         for req in reqs:
             idx = self[req].index
-            if req.mamba_pool_idx is None or idx not in self.state_len:
+            slot = release.current().mamba_idx(req)
+            if slot is None or idx not in self.state_len:
                 continue
             if self.stack.config.device == "cuda" and self.state_writers.get(idx, 0):
                 continue  # a forward still running on the GPU updates it in place
-            slots.append(int(torch.as_tensor(req.mamba_pool_idx).reshape(())))
+            slots.append(int(torch.as_tensor(slot).reshape(())))
             keys.append(int(self[req].keys(self.state_len[idx])[-1]))
         for _, tk, mamba in tree:
             if mamba is not None:
@@ -288,7 +290,7 @@ def _key_tokens(key: Any) -> Any:
 def _node_values(node: Any) -> tuple[Any, Any]:
     """(full-attention virtual tokens, state slot) of a node of any of SGLang's trees."""
     if hasattr(node, "component_data"):  # UnifiedRadixCache
-        from sglang.srt.mem_cache.unified_cache_components import ComponentType
+        ComponentType = release.current().component_type()  # noqa: N806
 
         full = node.component(ComponentType.FULL).value
         mamba = node.component(ComponentType.MAMBA).value

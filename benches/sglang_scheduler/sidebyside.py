@@ -18,7 +18,10 @@ from typing import Any
 from sglang_scheduler import compare, config
 
 DRIVER = Path(__file__).resolve().parents[1] / "sglang_scheduler_driver.py"
-NOT_RUN = "more SWA than full layers (SGLang's SWA table then indexes out of bounds, its defect 1)"
+NOT_RUN = (
+    "more SWA than full layers (SGLang 0.5.16's SWA table then indexes out of bounds, "
+    "its defect 1)"
+)
 
 
 def run_pool(
@@ -109,6 +112,18 @@ def _patches(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{k} ×{v}" for k, v in used.items()) or "-"
 
 
+def _spec(spec: dict[str, int] | None) -> str:
+    if not spec or not spec.get("verify_steps"):
+        return "-"
+    return f"{spec['verify_steps']} ({spec['drafts_written']}/{spec['drafts_accepted']})"
+
+
+def _moved(moved: dict[str, int] | None) -> str:
+    if moved is None:
+        return "-"
+    return ", ".join(f"{k} {v}" for k, v in moved.items())
+
+
 def _divergence(div: dict[str, Any], verdict: str) -> str:
     def one(x: dict[str, Any] | None) -> str:
         if x is None:
@@ -123,8 +138,9 @@ def markdown(res: dict[str, Any]) -> str:
     head = (
         "| configuration | pool | iterations | admitted | from tree | decoded | retracted "
         "| aborted | evicted full/SWA/state | offload round trips | checks (tokens, states) "
-        "| idle/busy checks | patched SGLang paths taken | s | first divergence (SGLang → drop-in) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| idle/busy checks | patched SGLang paths taken | verify steps (drafts written/accepted) "
+        "| ukv pages moved | s | first divergence (SGLang → drop-in) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for p in res["pairs"]:
@@ -139,7 +155,7 @@ def markdown(res: dict[str, Any]) -> str:
             b = p.get(pool)
             if b is None:
                 rows.append(
-                    f"| {p['config']} | sglang | not run: {NOT_RUN} | | | | | | | | | | | | |"
+                    f"| {p['config']} | sglang | not run: {NOT_RUN} | | | | | | | | | | | | | | |"
                 )
                 continue
             status = "" if b["error"] is None else f" **failed: {_one_line(b['error'], 100)}**"
@@ -153,7 +169,8 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {b['decoded']} | {b['retracted']} | {b['aborted']} "
                 f"| {b['evicted_full']}/{b['evicted_swa']}/{b['evicted_mamba']} | {off} "
                 f"| {b['checks']} ({b['tokens_checked']}, {b['states_checked']}) "
-                f"| {b['idle_checks']}/{b['busy_checks']} | {_patches(b['patches'])} | {b['seconds']} "
+                f"| {b['idle_checks']}/{b['busy_checks']} | {_patches(b['patches'])} "
+                f"| {_spec(b.get('spec'))} | {_moved(b.get('moved'))} | {b['seconds']} "
                 f"| {div_s if pool == 'ukv' else ''} |"
             )
     return head + "\n".join(rows) + "\n"

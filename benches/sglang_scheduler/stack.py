@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from sglang_scheduler import bootstrap, events, patches
+from sglang_scheduler import bootstrap, events, patches, release
 from sglang_scheduler.config import Config
 
 KV_DTYPE = torch.bfloat16
@@ -90,6 +90,7 @@ def model_config_for(cfg: Config) -> Any:
         vocab_size=cfg.vocab,
         is_encoder_decoder=False,
         think_end_id=None,
+        self_opened_think_start_ids=None,  # 0.5.23 reads it
         context_len=cfg.context_len,
         num_key_value_heads=cfg.head_num,
         is_multimodal=False,
@@ -121,7 +122,8 @@ def _swa_pools(cfg: Config, stream: Any) -> tuple[Any, Any, Any]:
 
     module = bootstrap.pool_module()
     end_layer = max(cfg.full_layers + cfg.other_layers) + 1
-    bundle = module.init_unified_swa_pools(
+    bundle = release.construct(
+        module.init_unified_swa_pools,
         device=cfg.device,
         kv_cache_dtype=KV_DTYPE,
         head_num=cfg.head_num,
@@ -141,6 +143,7 @@ def _swa_pools(cfg: Config, stream: Any) -> tuple[Any, Any, Any]:
         need_sort=False,
         forward_stream=events.sglang_stream_arg(stream),
         lazy_compaction=cfg.lazy,
+        **release.current().factory_fields(),
     )
     # As model_runner's _init_unified_swa_pools: the request table is SGLang's own.
     req_pool = ReqToTokenPool(
@@ -157,7 +160,8 @@ def _mamba_pools(cfg: Config, stream: Any) -> tuple[Any, Any, Any]:
     if not bootstrap.is_dropin():
         patches.mamba_factory_keyword(module)
     end_layer = max(cfg.full_layers + cfg.other_layers) + 1
-    bundle = module.init_unified_mamba_pools(
+    bundle = release.construct(
+        module.init_unified_mamba_pools,
         device=cfg.device,
         kv_cache_dtype=KV_DTYPE,
         head_num=cfg.head_num,
@@ -176,13 +180,14 @@ def _mamba_pools(cfg: Config, stream: Any) -> tuple[Any, Any, Any]:
         max_mamba_cache_size=cfg.mamba_slots,
         max_num_reqs=cfg.max_running,
         enable_memory_saver=False,
-        enable_mamba_extra_buffer=False,
-        speculative_num_draft_tokens=None,
+        enable_mamba_extra_buffer=cfg.extra_buffer,  # SGLang: the radix cache's strategy
+        speculative_num_draft_tokens=cfg.spec_drafts or None,
         disable_overlap_schedule=not cfg.overlap,
         need_sort=False,
         mamba_full_memory_ratio=None,
         forward_stream=events.sglang_stream_arg(stream),
         lazy_compaction=cfg.lazy,
+        **release.current().factory_fields(),
     )
     if not bootstrap.is_dropin():
         patches.mamba_pool_replayssm_attrs(bundle.req_to_token_pool)
@@ -195,7 +200,8 @@ def _tree_cache(cfg: Config, server_args: Any, model_config: Any, pools: tuple) 
 
     req_pool, _, allocator = pools
     disable = cfg.cache == "chunk"
-    params = CacheInitParams(
+    params = release.construct(
+        CacheInitParams,
         disable=disable,
         req_to_token_pool=req_pool,
         token_to_kv_pool_allocator=allocator,
@@ -215,7 +221,8 @@ def _tree_cache(cfg: Config, server_args: Any, model_config: Any, pools: tuple) 
 
         return MambaRadixCache(params)
     return create_tree_cache(
-        TreeCacheBuildContext(
+        release.construct(
+            TreeCacheBuildContext,
             server_args=server_args,
             params=params,
             is_hybrid_swa=cfg.hybrid == "swa",
@@ -247,7 +254,9 @@ def _checker(stack: Stack, get_last_batch: Any, get_running_batch: Any) -> tuple
     swa = cfg.hybrid == "swa"
     full_per_layer = cfg.full_tokens if swa else None
     swa_per_layer = cfg.swa_tokens if swa else None
-    stats = SchedulerPoolStatsObserver(
+    extra = release.current().collaborators(stack)
+    stats = release.construct(
+        SchedulerPoolStatsObserver,
         tree_cache=stack.tree_cache,
         token_to_kv_pool_allocator=stack.allocator,
         req_to_token_pool=stack.req_to_token_pool,
@@ -261,8 +270,10 @@ def _checker(stack: Stack, get_last_batch: Any, get_running_batch: Any) -> tuple
         max_total_num_tokens=cfg.full_tokens,
         get_last_batch=get_last_batch,
         get_running_batch=get_running_batch,
+        **extra,
     )
-    checker = SchedulerInvariantChecker(
+    checker = release.construct(
+        SchedulerInvariantChecker,
         is_hybrid_swa=swa,
         is_hybrid_ssm=not swa,
         disaggregation_mode=DisaggregationMode.NULL,
@@ -277,6 +288,7 @@ def _checker(stack: Stack, get_last_batch: Any, get_running_batch: Any) -> tuple
         pool_stats_observer=stats,
         get_last_batch=get_last_batch,
         get_running_batch=get_running_batch,
+        **extra,
     )
     return checker, stats
 
@@ -299,7 +311,8 @@ def _result_processor(stack: Stack) -> Any:
         SchedulerBatchResultProcessor,
     )
 
-    return SchedulerBatchResultProcessor(
+    return release.construct(
+        SchedulerBatchResultProcessor,
         is_generation=True,
         disaggregation_mode=DisaggregationMode.NULL,
         enable_overlap=stack.config.overlap,
@@ -318,6 +331,7 @@ def _result_processor(stack: Stack) -> Any:
         logprob_result_processor=_NoOp(),
         output_streamer=_NoOp(),
         abort_request=lambda *a, **k: None,
+        **release.current().collaborators(stack),
     )
 
 
@@ -351,6 +365,6 @@ def build(cfg: Config, get_last_batch: Any, get_running_batch: Any) -> Stack:
     stack.checker, stack.stats = _checker(stack, get_last_batch, get_running_batch)
     stack.result_processor = _result_processor(stack)
     stack.policy = SchedulePolicy("lpm", tree_cache, False, False, False)
-    stack.ratio = NewTokenRatioTracker.from_server_args(server_args)
+    stack.ratio = release.current().ratio_tracker(NewTokenRatioTracker, server_args)
     patches.scheduling(stack)
     return stack

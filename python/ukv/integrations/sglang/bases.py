@@ -103,12 +103,17 @@ class _MambaPool:
 
 
 class _KVWriteLoc:
-    """Stand-in for SGLang's per-forward write locations of a hybrid SWA pool."""
+    """Stand-in for SGLang's per-forward write locations of a hybrid SWA pool
+    (``physical``: 0.5.23's mark that the ids are physical, which its unified pools
+    demand)."""
 
-    def __init__(self, loc: Any, swa_loc: Any = None, full_loc: Any = None) -> None:
+    def __init__(
+        self, loc: Any, swa_loc: Any = None, full_loc: Any = None, physical: bool = False
+    ) -> None:
         self.loc = loc
         self.swa_loc = swa_loc
         self.full_loc = full_loc
+        self.physical = physical
 
 
 class _ReqToTokenPool:

@@ -26,6 +26,7 @@ __all__ = [
     "SGLangMisalignedError",
     "SGLangNotImplementedError",
     "SGLangReadOnlyTableError",
+    "SGLangUnmarkedWriteLocError",
     "SGLangWriteLocError",
 ]
 
@@ -46,6 +47,13 @@ class SGLangMisalignedError(SGLangArgumentError):
 
 class SGLangWriteLocError(SGLangArgumentError):
     """``set_kv_buffer`` of a hybrid SWA pool got no write location for the layer's side."""
+
+
+class SGLangUnmarkedWriteLocError(ArgumentError):
+    """SGLang 0.5.23: ``set_kv_buffer`` of a unified pool got a write location not marked
+    physical (a bare tensor, or ``KVWriteLoc(..., physical=False)``). SGLang's pools raise
+    a plain ``ValueError`` there, so this one is a ``ValueError`` and, unlike the other
+    argument errors, not an ``AssertionError``."""
 
 
 class SGLangInvalidIdError(InvalidIdError, AssertionError):

@@ -819,6 +819,33 @@ def _last(high: int, predicate: Callable[[int], bool]) -> int:
 class UnifiedSWATokenToKVPoolAllocator(UnifiedSWAAllocatorBase):
     """The two-END full + SWA composite (SGLang 0.5.23)."""
 
+    def available_size(self) -> int:
+        """Joint tokens ``alloc`` gets, the urgent flush it runs when short included
+        (ukv's exact ``joint_schedulable_pages``). SGLang 0.5.23's lazy count drains both
+        sides' holes into the answer too (``_compute_available_size``); counting only what
+        fits without compacting (the 0.5.16 layout's answer) reported less than SGLang
+        right after frees, and its ``check_decode_capacity`` then retracted requests that
+        SGLang's pool decodes (found by the scheduler driver). Equal in eager mode."""
+        return int(self._joint.schedulable_available_size())
+
+    def get_cpu_copy(
+        self, indices: torch.Tensor, mamba_indices: Any = None, req_pool_index: Any = None
+    ) -> Any:
+        """Host copies of both K/V sides of these **virtual** tokens (SWA side: only the
+        tokens it still binds). ``req_pool_index`` (0.5.23's ``Req.offload_kv_cache``
+        passes it; SGLang's MHA pools ignore it) is accepted."""
+        return super().get_cpu_copy(indices, mamba_indices)
+
+    def load_cpu_copy(
+        self,
+        kv_cache_cpu: Any,
+        indices: torch.Tensor,
+        mamba_indices: Any = None,
+        req_pool_index: Any = None,
+    ) -> None:
+        """Write :meth:`get_cpu_copy`'s copies back at these **virtual** tokens."""
+        super().load_cpu_copy(kv_cache_cpu, indices, mamba_indices)
+
 
 class UnifiedMambaSWATokenToKVPoolAllocator(_MambaDonor, UnifiedSWAAllocatorBase):
     """The tri-pool: state END (grow-up), SWA float (ukv's middle band), full END

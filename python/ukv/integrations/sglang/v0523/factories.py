@@ -128,6 +128,7 @@ def _request_table(a: Any, pool: UnifiedKVPool) -> UnifiedHybridReqToTokenPool:
         enable_memory_saver=False, cache_params=a.mamba2_cache_params,
         mamba_layer_ids=a.mamba_layer_ids, enable_mamba_extra_buffer=a.enable_mamba_extra_buffer,
         enable_mamba_extra_buffer_lazy=a.enable_mamba_extra_buffer_lazy,
+        speculative_num_draft_tokens=getattr(a, "speculative_num_draft_tokens", None),
         enable_overlap_schedule=not a.disable_overlap_schedule, start_layer=a.start_layer,
         pre_alloc_size=a.decode_pre_alloc_size,
     )  # fmt: skip
@@ -266,19 +267,21 @@ def init_unified_mamba_pools(
     decode_pre_alloc_size: int = 0,
     unified_total_bytes: int | None = None,
 ) -> UnifiedPoolBundle:
-    """The Mamba-hybrid stack (SGLang 0.5.23's keywords and sizing).
+    """The Mamba-hybrid stack (SGLang 0.5.23's keywords and sizing). With
+    ``speculative_num_draft_tokens`` the state pool is SGLang's ``SpeculativeState``: the
+    per-draft verify scratch beside the unified buffer, ``max_num_reqs + 1`` rows by batch
+    position (as the 0.5.16 layout's, and SGLang 0.5.23's own ``UnifiedMambaPool``).
 
     Raises:
         SGLangConfigError: a buffer that cannot hold one request.
-        SGLangNotImplementedError: ``use_mla_backend``, ``fused_draft``,
-            ``enable_memory_saver`` or ``speculative_num_draft_tokens``.
+        SGLangNotImplementedError: ``use_mla_backend``, ``fused_draft`` or
+            ``enable_memory_saver``.
     """
     a = SimpleNamespace(**locals())
     _refuse_flags(
         use_mla_backend=use_mla_backend,
         fused_draft=fused_draft,
         enable_memory_saver=enable_memory_saver,
-        speculative_num_draft_tokens=speculative_num_draft_tokens,
     )
     full = _full_spec(a)
     state = _state_spec(a)

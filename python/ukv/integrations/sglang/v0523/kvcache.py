@@ -20,6 +20,7 @@ from ukv.integrations.sglang import kvcache as v16
 from ukv.integrations.sglang.errors import (
     SGLangArgumentError,
     SGLangNotImplementedError,
+    SGLangUnmarkedWriteLocError,
     SGLangWriteLocError,
 )
 
@@ -40,6 +41,24 @@ def _unwrap(loc_info: Any) -> tuple[Any, Any, Any]:
     if isinstance(loc_info, torch.Tensor) or not hasattr(loc_info, "loc"):
         return loc_info, None, None
     return loc_info.loc, getattr(loc_info, "swa_loc", None), getattr(loc_info, "full_loc", None)
+
+
+def _require_physical(loc_info: Any, where: str) -> None:
+    """SGLang 0.5.23's write door (``KVCache._check_physical_write_loc``): a unified
+    pool takes only a ``KVWriteLoc`` marked ``physical=True``. A bare tensor, or a loc
+    unmarked, names ids nobody translated (virtual ones, as 0.5.16's callers passed):
+    writing there would land in another token's bytes.
+
+    Raises:
+        SGLangUnmarkedWriteLocError: ``loc_info`` is not marked physical.
+    """
+    if getattr(loc_info, "physical", False) is not True:
+        raise SGLangUnmarkedWriteLocError(
+            f"{where}: write loc is not marked physical. Hand the pool "
+            "KVWriteLoc.for_batch(forward_batch) for a batch bound to a plan "
+            "(KVLocPlan.bind), or KVWriteLoc(loc, physical=True) for ids translated "
+            "separately (SGLang 0.5.23's unified pools refuse it too)."
+        )
 
 
 def _rows(t: torch.Tensor, dtype: torch.dtype, scale: Any, store: torch.dtype) -> torch.Tensor:
@@ -95,20 +114,36 @@ class UnifiedMHATokenToKVPool(v16.UnifiedMHATokenToKVPool):
         layer_id_override: int | None = None,
         dcp_kv_mask: Any = None,
     ) -> None:
-        """Store K/V rows at **physical** token ids (a tensor or SGLang's ``KVWriteLoc``;
-        never translates). ``layer_id_override`` is the pool's own layer index.
+        """Store K/V rows at **physical** token ids: SGLang's ``KVWriteLoc`` marked
+        ``physical=True`` (never translates), as SGLang 0.5.23's unified pools demand.
+        ``layer_id_override`` is the pool's own layer index.
 
         Raises:
             SGLangArgumentError: ``dcp_kv_mask`` given (decode context parallelism).
+            SGLangUnmarkedWriteLocError: ``loc`` is not a ``KVWriteLoc`` marked physical
+                (a ``ValueError``, as SGLang's).
         """
         if dcp_kv_mask is not None:
             raise SGLangArgumentError("set_kv_buffer: decode context parallel is not supported")
-        loc = _unwrap(loc)[0]
+        _require_physical(loc, "set_kv_buffer (MHA)")
         index = (
             layer_id_override
             if layer_id_override is not None
             else layer.layer_id - self.start_layer
         )
+        self._store(index, _unwrap(loc)[0], cache_k, cache_v, k_scale, v_scale)
+
+    def _store(
+        self,
+        index: int,
+        loc: torch.Tensor,
+        cache_k: torch.Tensor,
+        cache_v: torch.Tensor,
+        k_scale: Any,
+        v_scale: Any,
+    ) -> None:
+        """Write rows of pool layer ``index`` at physical tokens ``loc`` (checked by the
+        caller)."""
         idx = loc.to(torch.int64).reshape(-1)
         k, v = self.k_buffer[index], self.v_buffer[index]
         k[idx] = _rows(cache_k, self.dtype, k_scale, k.dtype).reshape(-1, *k.shape[1:])
@@ -316,6 +351,8 @@ class UnifiedSWAKVPool(v16.UnifiedSWAKVPool):
 
         Raises:
             SGLangWriteLocError: an SWA layer without ``swa_loc``.
+            SGLangUnmarkedWriteLocError: ``loc_info`` is not a ``KVWriteLoc`` marked
+                physical (a ``ValueError``, as SGLang's).
         """
         loc, swa_loc, full_loc = _unwrap(loc_info)
         index, is_swa = self.layers_mapping[layer.layer_id]
@@ -323,11 +360,10 @@ class UnifiedSWAKVPool(v16.UnifiedSWAKVPool):
             raise SGLangWriteLocError(
                 f"UnifiedSWAKVPool.set_kv_buffer: SWA layer {layer.layer_id} received no swa_loc"
             )
+        _require_physical(loc_info, "set_kv_buffer (SWA)")  # after the swa_loc check, as SGLang
         pool = self.swa_kv_pool if is_swa else self.full_kv_pool
         target = swa_loc if is_swa else (full_loc if full_loc is not None else loc)
-        pool.set_kv_buffer(
-            None, target, cache_k, cache_v, k_scale, v_scale, layer_id_override=index
-        )
+        pool._store(index, target, cache_k, cache_v, k_scale, v_scale)
 
     def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
         """Virtual token ids -> SWA physical token ids, int64; a released page gives 0

@@ -28,7 +28,6 @@ class UnifiedHybridReqToTokenPool(v16.UnifiedHybridReqToTokenPool):
         a decode node's preallocated requests; ``size`` stays the running-request cap).
 
     Raises:
-        SGLangNotImplementedError: ``speculative_num_draft_tokens``.
         SGLangConfigError: Qwen4-Exp side states (``short_conv_layer_ids``,
             ``ngram_context_len``), as SGLang refuses them with the unified pool.
     """
