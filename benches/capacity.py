@@ -58,6 +58,7 @@ from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402
 from ukv.sim import baselines, clock, metrics, traces  # noqa: E402
 
+
 def _default_traces() -> Path:
     """``shared/data/traces`` beside the repository (a checkout) or two levels up (a worktree)."""
     for base in (ROOT.parent, ROOT.parent.parent):
@@ -433,10 +434,24 @@ def aggregate(cells: list[Cell]) -> list[dict]:
 # ----- output ----------------------------------------------------------------------------------
 
 
+def _no_machine_path(x: str) -> str:
+    """An argument as the results print it: a path under the repository relative to it, any
+    other absolute path by its last name only (no machine's folders in committed results)."""
+    if x.startswith("--") and "=" in x:
+        opt, _, val = x.partition("=")
+        return f"{opt}={_no_machine_path(val)}"
+    if not os.path.isabs(x):
+        return x
+    try:
+        return str(Path(x).resolve().relative_to(ROOT))
+    except ValueError:
+        return Path(x).name
+
+
 def _meta(a: argparse.Namespace, wall: float, clk: dict) -> dict:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT)  # fmt: skip
-    argv = [x if not os.path.isabs(x) else os.path.relpath(x, ROOT) for x in sys.argv[1:]]
+    argv = [_no_machine_path(x) for x in a.argv]
     return {
         "command": "PYTHONPATH=python python3 benches/capacity.py " + " ".join(argv),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
@@ -475,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown-only", metavar="JSON",
                    help="rewrite the markdown of an existing capacity-*.json (no runs)")  # fmt: skip
     a = p.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     if a.markdown_only:
         src = Path(a.markdown_only)
         data = json.loads(src.read_text())
