@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402
+from ukv.errors import ArgumentError  # noqa: E402
 from ukv.sim import baselines, clock, metrics, traces  # noqa: E402
 
 
@@ -158,7 +159,8 @@ def make_trace(name: str, spec: dict, seed: int, arrivals: dict) -> Any:
     if "file" in spec:
         full = _load(str(DATA / spec["file"]))
         n = spec["requests"]
-        stride = max((len(full) - n) // max(SEEDS - 1, 1), 1)
+        # Seed k of the run's w seeds: the window at k/(w-1) of the way through the file.
+        stride = max((len(full) - n) // max(spec.get("windows", SEEDS) - 1, 1), 1)
         t = traces.window(full, min(seed * stride, len(full) - n), n)
         return traces.rescale(t, rate_scale=arrivals["rate_scale"])
     if name == "chat":
@@ -505,9 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     a.trace_specs = QUICK_TRACES if a.quick else TRACES
     a.sections = a.sections or list(a.plan)
     a.seeds = a.seeds or (2 if a.quick else SEEDS)
+    # A real trace's seeds are windows spread over the whole file, however many there are.
+    a.trace_specs = {k: ({**v, "windows": a.seeds} if "file" in v else v)
+                     for k, v in a.trace_specs.items()}  # fmt: skip
     mods = a.models or list(QUICK_MODELS if a.quick else models.preset_names())
     # Refuse a missing constants file before any work (and describe the clock).
-    clk = clock.make_clock(a.clock, models.load(mods[0]), a.clock_json).describe()
+    try:
+        clk = clock.make_clock(a.clock, models.load(mods[0]), a.clock_json).describe()
+    except ArgumentError as e:
+        print(f"capacity.py: {e}", file=sys.stderr)
+        return 2
     clk.pop("floor_s", None), clk.pop("active_params", None), clk.pop("compute_source", None)
     t0 = time.perf_counter()
     cells = plan_cells(a.plan, mods, a.seeds, a.sections)
@@ -537,6 +546,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ----- markdown ---------------------------------------------------------------------------------
+
+
+def _constants_line(clk: dict) -> str:
+    """The measured clock's constants, in the units a reader checks them in."""
+    c = clk.get("constants")
+    if not c:
+        return ""
+    return (
+        f" Constants: weights {c['weight_bw'] / 1e12:.2f} TB/s, matmul "
+        f"{c['matmul_flops'] / 1e12:.0f} TFLOP/s, decode attention {c['attn_bw'] / 1e12:.2f} "
+        f"TB/s, prefill attention {c['prefill_attn_flops'] / 1e12:.0f} TFLOP/s, state update "
+        f"{c['state_bw'] / 1e12:.2f} TB/s, launch {c['launch_s'] * 1e6:.1f} µs (graph), "
+        f"floors: matmul {c['mm_floor_s'] * 1e6:.1f} µs, attention {c['attn_floor_s'] * 1e6:.1f} "
+        f"µs, state {c['state_floor_s'] * 1e6:.1f} µs."
+    )
 
 
 def _c(x: dict | None, pct: bool = False) -> str:
@@ -569,11 +593,12 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"Date: {meta['date_utc']} UTC; machine: {meta['machine']}; {meta['versions']}; "
         f"wall {meta['wall_s']:.0f} s.  ",
         f"Clock: **{clk['source']}**."
+        + _constants_line(clk)
         + (
             " Every step costs the same 25 ms whatever it reads or computes: a pure capacity "
             "model that over-states gains. The measured-clock rerun is pending the GPU "
-            "constants (`benches/results/step-clock-h200.json`); docs/SIMULATOR.md says how "
-            "to make it."
+            "constants (`benches/results/step-clock-<card>.json`); docs/SIMULATOR.md says "
+            "how to make it."
             if fixed
             else ""
         ),

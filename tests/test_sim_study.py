@@ -131,3 +131,46 @@ def test_quick_study_on_generated_traces(tmp_path, monkeypatch):
     assert set(phase["arrivals"]) == {"chat_rate", "long_rate"}
     assert "What survives" in text and "fixed 25 ms per step (not measured)" in text
     assert "| Qwen3-Next-80B-A3B | phase" in text
+
+
+def test_quick_study_on_the_measured_clock(tmp_path, monkeypatch):
+    """``--clock measured --clock-json PATH``: the file's constants time every step, the
+    results say which file (by name) and which constants."""
+    monkeypatch.setenv("UKV_TRACES", str(tmp_path / "no-traces-here"))
+    cap = _load()
+    # Round constants of an H200-class card: a fixture for this test, not a measurement.
+    consts = {"copy_bw": 4.0e12, "weight_bw": 3.5e12, "matmul_flops": 7.0e14,
+              "mm_floor_s": 8e-6, "attn_bw": 3.0e12, "attn_floor_s": 1.2e-5,
+              "prefill_attn_flops": 4.5e14, "prefill_attn_floor_s": 2e-5, "state_bw": 2.5e12,
+              "state_floor_s": 6e-6, "launch_s": 2e-6, "launch_eager_s": 5e-6}  # fmt: skip
+    src = tmp_path / "step-clock-test.json"
+    src.write_text(json.dumps({"schema": "ukv-step-clock/1", "constants": consts,
+                               "meta": {"device": "TEST CARD", "date_utc": "2026-01-01 00:00"}}))  # fmt: skip
+    out = tmp_path / "out"
+    argv = ["--clock", "measured", "--clock-json", str(src), "--quick", "--jobs", "1",
+            "--out", str(out), "--models", "Qwen3-Next-80B-A3B", "--traces", "chat",
+            "--sections", "main", "--seeds", "2"]  # fmt: skip
+    assert cap.main(argv) == 0
+    data = json.loads((out / "capacity-measured-quick.json").read_text())
+    text = (out / "capacity-measured-quick.md").read_text()
+    clk = data["meta"]["clock"]
+    assert clk["name"] == "measured" and clk["constants"] == consts
+    assert "TEST CARD" in clk["source"] and "step-clock-test.json" in clk["source"]
+    assert str(tmp_path) not in json.dumps(data["meta"]) and str(tmp_path) not in text
+    assert "Constants: weights 3.50 TB/s" in text and "fixed 25 ms" not in text
+    # Steps cost what they read and compute: not one constant time.
+    (row,) = data["rows"]
+    assert row["ratios"]["sglang-default"]["n"] == 2
+    cells = data["cells"]
+    assert all(c["layouts"]["ukv"]["steps"] > 0 for c in cells)
+    per_step = [c["layouts"]["ukv"]["makespan_s"] / c["layouts"]["ukv"]["steps"] for c in cells]
+    assert all(0 < x < 1 and x != 0.025 for x in per_step)
+
+
+def test_missing_clock_constants_stop_the_study_before_any_work(tmp_path, capsys):
+    cap = _load()
+    argv = ["--clock", "measured", "--clock-json", str(tmp_path / "none.json"), "--quick",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    assert cap.main(argv) == 2
+    assert "measure_step_clock.py" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
