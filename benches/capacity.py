@@ -370,6 +370,11 @@ def _pool(cells: list[Cell], a: argparse.Namespace, specs: dict, what: str) -> l
         for i, f in enumerate(as_completed(futs), 1):
             c = f.result()
             out.append(c)
+            if getattr(a, "partial", None) is not None:  # a long run's finished cells, kept
+                with open(a.partial, "a") as fh:
+                    fh.write(json.dumps({"stage": what, "section": c.section, "model": c.model,
+                                         "trace": c.trace, "memory": c.memory, "load": c.load,
+                                         "seed": c.seed, **c.out}) + "\n")  # fmt: skip
             print(f"{what} {i}/{len(cells)} {c.section:<6} {c.model:<20} {c.trace:<8} "
                   f"{c.memory:>6} load={c.load} seed={c.seed} {c.out['wall_s']:5.1f} s "
                   f"({time.perf_counter() - t0:6.0f} s)", file=sys.stderr)  # fmt: skip
@@ -519,6 +524,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     clk.pop("floor_s", None), clk.pop("active_params", None), clk.pop("compute_source", None)
     t0 = time.perf_counter()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"capacity-{a.clock}" + ("-quick" if a.quick else "")
+    # Every finished cell goes to NAME.cells.jsonl as it completes (removed at the end), so
+    # a run cut short still leaves what it computed.
+    a.partial = out / f"{name}.cells.jsonl"
+    a.partial.unlink(missing_ok=True)
     cells = plan_cells(a.plan, mods, a.seeds, a.sections)
     done, caps = run_all(cells, a, a.trace_specs)
     wall = time.perf_counter() - t0
@@ -535,10 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                    "memory": c.memory, "load": c.load, "seed": c.seed, **c.out}
                   for c in done],
     }  # fmt: skip
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"capacity-{a.clock}" + ("-quick" if a.quick else "")
     (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    a.partial.unlink(missing_ok=True)
     text = markdown(meta, rows)
     (out / f"{name}.md").write_text(text)
     print(text)

@@ -79,6 +79,7 @@ def test_quick_study_on_generated_traces(tmp_path, monkeypatch):
     assert cap.main(argv) == 0
     data = json.loads((out / "capacity-fixed-quick.json").read_text())
     text = (out / "capacity-fixed-quick.md").read_text()
+    assert not (out / "capacity-fixed-quick.cells.jsonl").exists()  # the partial log is gone
     # No machine paths: the output folder is named, not where it lies.
     meta = json.dumps(data["meta"])
     for leak in (str(tmp_path), "/tmp/", "/work/", "../"):
