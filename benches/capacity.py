@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402
+from ukv.errors import ArgumentError  # noqa: E402
 from ukv.sim import baselines, clock, metrics, traces  # noqa: E402
 
 
@@ -158,7 +159,8 @@ def make_trace(name: str, spec: dict, seed: int, arrivals: dict) -> Any:
     if "file" in spec:
         full = _load(str(DATA / spec["file"]))
         n = spec["requests"]
-        stride = max((len(full) - n) // max(SEEDS - 1, 1), 1)
+        # Seed k of the run's w seeds: the window at k/(w-1) of the way through the file.
+        stride = max((len(full) - n) // max(spec.get("windows", SEEDS) - 1, 1), 1)
         t = traces.window(full, min(seed * stride, len(full) - n), n)
         return traces.rescale(t, rate_scale=arrivals["rate_scale"])
     if name == "chat":
@@ -368,6 +370,11 @@ def _pool(cells: list[Cell], a: argparse.Namespace, specs: dict, what: str) -> l
         for i, f in enumerate(as_completed(futs), 1):
             c = f.result()
             out.append(c)
+            if getattr(a, "partial", None) is not None:  # a long run's finished cells, kept
+                with open(a.partial, "a") as fh:
+                    fh.write(json.dumps({"stage": what, "section": c.section, "model": c.model,
+                                         "trace": c.trace, "memory": c.memory, "load": c.load,
+                                         "seed": c.seed, **c.out}) + "\n")  # fmt: skip
             print(f"{what} {i}/{len(cells)} {c.section:<6} {c.model:<20} {c.trace:<8} "
                   f"{c.memory:>6} load={c.load} seed={c.seed} {c.out['wall_s']:5.1f} s "
                   f"({time.perf_counter() - t0:6.0f} s)", file=sys.stderr)  # fmt: skip
@@ -434,10 +441,24 @@ def aggregate(cells: list[Cell]) -> list[dict]:
 # ----- output ----------------------------------------------------------------------------------
 
 
+def _no_machine_path(x: str) -> str:
+    """An argument as the results print it: a path under the repository relative to it, any
+    other absolute path by its last name only (no machine's folders in committed results)."""
+    if x.startswith("--") and "=" in x:
+        opt, _, val = x.partition("=")
+        return f"{opt}={_no_machine_path(val)}"
+    if not os.path.isabs(x):
+        return x
+    try:
+        return str(Path(x).resolve().relative_to(ROOT))
+    except ValueError:
+        return Path(x).name
+
+
 def _meta(a: argparse.Namespace, wall: float, clk: dict) -> dict:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT)  # fmt: skip
-    argv = [x if not os.path.isabs(x) else os.path.relpath(x, ROOT) for x in sys.argv[1:]]
+    argv = [_no_machine_path(x) for x in a.argv]
     return {
         "command": "PYTHONPATH=python python3 benches/capacity.py " + " ".join(argv),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
@@ -476,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown-only", metavar="JSON",
                    help="rewrite the markdown of an existing capacity-*.json (no runs)")  # fmt: skip
     a = p.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     if a.markdown_only:
         src = Path(a.markdown_only)
         data = json.loads(src.read_text())
@@ -490,11 +512,25 @@ def main(argv: list[str] | None = None) -> int:
     a.trace_specs = QUICK_TRACES if a.quick else TRACES
     a.sections = a.sections or list(a.plan)
     a.seeds = a.seeds or (2 if a.quick else SEEDS)
+    # A real trace's seeds are windows spread over the whole file, however many there are.
+    a.trace_specs = {k: ({**v, "windows": a.seeds} if "file" in v else v)
+                     for k, v in a.trace_specs.items()}  # fmt: skip
     mods = a.models or list(QUICK_MODELS if a.quick else models.preset_names())
     # Refuse a missing constants file before any work (and describe the clock).
-    clk = clock.make_clock(a.clock, models.load(mods[0]), a.clock_json).describe()
+    try:
+        clk = clock.make_clock(a.clock, models.load(mods[0]), a.clock_json).describe()
+    except ArgumentError as e:
+        print(f"capacity.py: {e}", file=sys.stderr)
+        return 2
     clk.pop("floor_s", None), clk.pop("active_params", None), clk.pop("compute_source", None)
     t0 = time.perf_counter()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"capacity-{a.clock}" + ("-quick" if a.quick else "")
+    # Every finished cell goes to NAME.cells.jsonl as it completes (removed at the end), so
+    # a run cut short still leaves what it computed.
+    a.partial = out / f"{name}.cells.jsonl"
+    a.partial.unlink(missing_ok=True)
     cells = plan_cells(a.plan, mods, a.seeds, a.sections)
     done, caps = run_all(cells, a, a.trace_specs)
     wall = time.perf_counter() - t0
@@ -511,10 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                    "memory": c.memory, "load": c.load, "seed": c.seed, **c.out}
                   for c in done],
     }  # fmt: skip
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"capacity-{a.clock}" + ("-quick" if a.quick else "")
     (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    a.partial.unlink(missing_ok=True)
     text = markdown(meta, rows)
     (out / f"{name}.md").write_text(text)
     print(text)
@@ -522,6 +556,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ----- markdown ---------------------------------------------------------------------------------
+
+
+def _constants_line(clk: dict) -> str:
+    """The measured clock's constants, in the units a reader checks them in."""
+    c = clk.get("constants")
+    if not c:
+        return ""
+    return (
+        f" Constants: weights {c['weight_bw'] / 1e12:.2f} TB/s, matmul "
+        f"{c['matmul_flops'] / 1e12:.0f} TFLOP/s, decode attention {c['attn_bw'] / 1e12:.2f} "
+        f"TB/s, prefill attention {c['prefill_attn_flops'] / 1e12:.0f} TFLOP/s, state update "
+        f"{c['state_bw'] / 1e12:.2f} TB/s, launch {c['launch_s'] * 1e6:.1f} µs (graph), "
+        f"floors: matmul {c['mm_floor_s'] * 1e6:.1f} µs, attention {c['attn_floor_s'] * 1e6:.1f} "
+        f"µs, state {c['state_floor_s'] * 1e6:.1f} µs."
+    )
 
 
 def _c(x: dict | None, pct: bool = False) -> str:
@@ -554,11 +603,12 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"Date: {meta['date_utc']} UTC; machine: {meta['machine']}; {meta['versions']}; "
         f"wall {meta['wall_s']:.0f} s.  ",
         f"Clock: **{clk['source']}**."
+        + _constants_line(clk)
         + (
             " Every step costs the same 25 ms whatever it reads or computes: a pure capacity "
             "model that over-states gains. The measured-clock rerun is pending the GPU "
-            "constants (`benches/results/step-clock-h200.json`); docs/SIMULATOR.md says how "
-            "to make it."
+            "constants (`benches/results/step-clock-<card>.json`); docs/SIMULATOR.md says "
+            "how to make it."
             if fixed
             else ""
         ),

@@ -1,6 +1,7 @@
 """Measure the constants of the simulator's step clock (``ukv.sim.clock``) on this device.
 
-    python benches/measure_step_clock.py --device cuda --out benches/results/step-clock-h200.json
+    python benches/measure_step_clock.py --device cuda --out benches/results/step-clock-h100.json
+    # (or -h200.json: the simulator reads the committed step-clock-<card>.json, h200 first)
     python benches/measure_step_clock.py --device cpu --quick --out /tmp/clock.json   # a smoke run
 
 Measures, each at several sizes (median of timed repeats after warm-up):

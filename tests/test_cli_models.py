@@ -136,17 +136,19 @@ def test_plan_published_configs_once_refused(
 
 @pytest.mark.parametrize("model", ["Kimi-Linear-48B-A3B", "MiniMax-Text-01", "Mamba-Codestral-7B"])
 def test_simulate_json_on_new_families(model: str, capsys: Any) -> None:
+    # --clock fixed: the measured clock has compute profiles for the presets only.
     argv = ["simulate", "--model", str(FIXTURES / model), "--memory", "8GiB", "--trace", "chat",
-            "--requests", "8", "--no-progress", "--engine", "vllm"]  # fmt: skip
+            "--requests", "8", "--no-progress", "--engine", "vllm",
+            "--clock", "fixed"]  # fmt: skip
     data = run_json(argv, capsys)
     assert data["dtypes"]["engine"] == "vllm"
-    assert data["layouts"]["unified"]["completed"] == 8
+    assert data["layouts"]["ukv"]["completed"] == 8
     assert capsys.readouterr().err == ""  # no progress bar when stderr is not a terminal
 
 
 def test_simulate_drops_requests_beyond_max_position_embeddings(capsys: Any) -> None:
     argv = ["simulate", "--model", str(FIXTURES / "Zamba2-2.7B"), "--memory", "8GiB",
-            "--trace", "chat", "--requests", "11", "--no-progress"]  # fmt: skip
+            "--trace", "chat", "--requests", "11", "--no-progress", "--clock", "fixed"]  # fmt: skip
     data = run_json(argv, capsys)
     assert data["dropped_over_max_context"] > 0  # Zamba2 serves 4096 tokens at most
     assert data["requests"] == 11 - data["dropped_over_max_context"]

@@ -124,6 +124,25 @@ def test_the_measured_clock_refuses_to_run_without_its_constants(tmp_path, capsy
     assert "measure_step_clock.py" in capsys.readouterr().err
 
 
+def test_the_default_constants_are_whichever_card_was_committed(tmp_path):
+    """``benches/results/step-clock-<card>.json``: the one that exists, h200 before h100."""
+    res = tmp_path / "benches" / "results"
+    res.mkdir(parents=True)
+    assert clock.default_clock_path([tmp_path]) is None
+    src = json.loads(json.dumps({"schema": clock.SCHEMA, "meta": {"device": "NVIDIA H100"},
+                                 "constants": dict(TRUE)}))  # fmt: skip
+    (res / "step-clock-h100.json").write_text(json.dumps(src))
+    assert clock.default_clock_path([tmp_path]) == res / "step-clock-h100.json"
+    (res / "step-clock-h200.json").write_text(json.dumps(src))
+    assert clock.default_clock_path([tmp_path]) == res / "step-clock-h200.json"
+    c = clock.make_clock("measured", QWEN, clock.default_clock_path([tmp_path]))
+    assert "NVIDIA H100" in c.source and "(--quick" not in c.source
+    src["meta"]["quick"] = True
+    (res / "step-clock-h100.json").write_text(json.dumps(src))
+    c = clock.make_clock("measured", QWEN, res / "step-clock-h100.json")
+    assert "smoke run" in c.source
+
+
 def _load_script():
     spec = importlib.util.spec_from_file_location(
         "measure_step_clock", ROOT / "benches" / "measure_step_clock.py"

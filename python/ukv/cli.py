@@ -13,8 +13,9 @@
     Azure 2023 ``.csv`` (:mod:`ukv.sim.traces`), replayed at its timestamps, faster with
     ``--rate-scale K`` or at a mean ``--rate R`` requests/s; ``--requests N`` keeps its
     first N requests. ``--clock measured`` (the default) times each step from the
-    constants measured on the GPU (``--clock-json``, default
-    ``benches/results/step-clock-h200.json``; refused when missing), ``--clock fixed``
+    constants measured on the GPU (``--clock-json``, default the committed
+    ``benches/results/step-clock-<card>.json``, h200 before h100; refused when
+    missing), ``--clock fixed``
     charges 25 ms a step; ``--no-prefix-cache`` turns every layout's prefix cache off;
     ``--layouts`` picks columns; ``--grid coarse`` makes the oracle's search shorter.
 
@@ -94,10 +95,10 @@ def add_subcommands(sub: Any) -> None:
     rate.add_argument("--rate", help="replay arrivals scaled to this mean rate, requests/s")
     sim.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
     sim.add_argument("--clock", choices=("measured", "fixed"), default="measured",
-                     help="step time: measured on the GPU (the default; needs --clock-json) "
-                     "or a fixed 25 ms")  # fmt: skip
-    sim.add_argument("--clock-json", help="the measured clock's constants (default "
-                     "benches/results/step-clock-h200.json)")  # fmt: skip
+                     help="step time: measured on the GPU (the default; needs the "
+                     "constants file) or a fixed 25 ms")  # fmt: skip
+    sim.add_argument("--clock-json", help="the measured clock's constants (default the "
+                     "committed benches/results/step-clock-<card>.json, h200 before h100)")  # fmt: skip
     sim.add_argument("--no-prefix-cache", action="store_true",
                      help="no layout caches prefixes (default: each as its engine does)")  # fmt: skip
     sim.add_argument("--layouts", help="comma-separated columns (default: all that apply)")

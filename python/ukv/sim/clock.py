@@ -8,8 +8,9 @@ Two clocks:
   KV, state and expert weights really does take longer.
 * :class:`MeasuredClock` — a step costs the time of its kernels, from a model whose
   constants were measured on the GPU (``benches/measure_step_clock.py`` writes them; the
-  simulator reads ``STEP_CLOCK_JSON``, or the path given). It refuses to run without that
-  file: no constant here is made up.
+  simulator reads the committed ``benches/results/step-clock-<card>.json``, see
+  :func:`default_clock_path`, or the path given). It refuses to run without that file: no
+  constant here is made up.
 
 The measured step model (one step = one forward of the whole batch: every decoding
 request's next token plus this step's prefill chunks; ``T`` tokens in all)::
@@ -61,9 +62,13 @@ if TYPE_CHECKING:
 
 FIXED_STEP_S = 0.025
 """Simulated seconds per step of the fixed clock (one decode iteration of a large batch)."""
-STEP_CLOCK_JSON = "benches/results/step-clock-h200.json"
-"""Where the measured constants live, relative to the repository root (the lead commits
-the H200 run there; until then the measured clock refuses to run)."""
+STEP_CLOCK_CARDS = ("h200", "h100")
+"""Cards whose committed measurement the measured clock reads by default, in this order of
+preference (the first whose file exists; ``--clock-json`` picks another)."""
+STEP_CLOCK_PATTERN = "benches/results/step-clock-{card}.json"
+"""Where a card's measured constants live, relative to the repository root."""
+STEP_CLOCK_JSON = STEP_CLOCK_PATTERN.format(card="<card>")
+"""How help texts name the default (``<card>``: one of :data:`STEP_CLOCK_CARDS`)."""
 SCHEMA = "ukv-step-clock/1"
 MM_PER_LAYER = 4
 """Matmul launches per decoder layer (a count, not a measurement)."""
@@ -343,8 +348,7 @@ class FixedClock(Clock):
 
 
 def load_constants(path: str | Path | None = None) -> dict:
-    """The measured clock's JSON (``path``, default ``STEP_CLOCK_JSON`` under the
-    repository root or the working directory).
+    """The measured clock's JSON (``path``; default :func:`default_clock_path`).
 
     Raises:
         ArgumentError: no such file (the measurement has not been run: say how), or a file
@@ -355,7 +359,8 @@ def load_constants(path: str | Path | None = None) -> dict:
         raise ArgumentError(
             f"the measured step clock needs {p} (its constants are measured on the GPU, "
             "never assumed): run `python benches/measure_step_clock.py --device cuda "
-            f"--out {STEP_CLOCK_JSON}` on the GPU machine, or pass --clock fixed"
+            f"--out {STEP_CLOCK_JSON}` on the GPU machine (<card>: "
+            f"{' or '.join(STEP_CLOCK_CARDS)}), or pass --clock-json PATH or --clock fixed"
         )
     try:
         data = json.loads(p.read_text())
@@ -376,11 +381,25 @@ def load_constants(path: str | Path | None = None) -> dict:
     return data
 
 
+def default_clock_path(bases: list[Path] | None = None) -> Path | None:
+    """The committed measurement the measured clock reads by default: the first of
+    ``benches/results/step-clock-{h200,h100}.json`` (:data:`STEP_CLOCK_CARDS`) that exists,
+    under the repository root or else the working directory (``bases`` replaces those
+    two); None when there is none."""
+    if bases is None:
+        bases = [Path(__file__).resolve().parents[3], Path()]
+    for base in bases:
+        for card in STEP_CLOCK_CARDS:
+            p = base / STEP_CLOCK_PATTERN.format(card=card)
+            if p.is_file():
+                return p
+    return None
+
+
 def _clock_path(path: str | Path | None) -> Path:
     if path is not None:
         return Path(path)
-    here = Path(__file__).resolve().parents[3] / STEP_CLOCK_JSON
-    return here if here.is_file() else Path(STEP_CLOCK_JSON)
+    return default_clock_path() or Path(STEP_CLOCK_JSON)
 
 
 class MeasuredClock(Clock):
@@ -486,6 +505,8 @@ def make_clock(kind: str, shape: ModelShape, path: str | Path | None = None) -> 
         p = _clock_path(path)
         meta = data.get("meta", {})
         src = f"measured on {meta.get('device', '?')} ({meta.get('date_utc', '?')}), {_rel(p)}"
+        if meta.get("quick"):
+            src += " (--quick shapes: a smoke run, not a measurement to report)"
         return MeasuredClock(shape, data, source=src)
     raise ArgumentError(f"bad clock {kind!r}: expected 'fixed' or 'measured'")
 
