@@ -21,7 +21,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+if importlib.util.find_spec("ukv") is None:
+    # A source checkout without ukv installed: its package. (Never in front of an installed
+    # ukv: tests import this file, and processes they spawn inherit sys.path.)
+    sys.path.insert(0, str(ROOT / "python"))
 
 from ukv import models  # noqa: E402
 from ukv.cli import parse_bytes  # noqa: E402

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import importlib.util
 import json
 import math
 import platform
@@ -47,7 +48,10 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+if importlib.util.find_spec("ukv") is None:
+    # A source checkout without ukv installed: its package. (Never in front of an installed
+    # ukv: tests import this file, and processes they spawn inherit sys.path.)
+    sys.path.insert(0, str(ROOT / "python"))
 
 
 def _import_clock() -> Any:
