@@ -467,6 +467,13 @@ class UnifiedKVPool:
             self._runtime.check_not_capturing("sync_frees")
             self._runtime.settle(wait=True)
 
+    @property
+    def inflight_frees(self) -> int:
+        """Frees accepted but not applied yet: frees of GPU ids waiting for their copy to
+        the host, and host-id frees queued behind them (0 on a CPU pool). O(1), without
+        the lock: ``stats().inflight_frees`` without building a snapshot."""
+        return self._runtime.frees.frees()
+
     # ----- giving the buffer's memory back (memory saver) ------------------------------------
 
     def release_memory(
