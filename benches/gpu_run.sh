@@ -31,7 +31,7 @@ if [[ " $parts " == *" tests "* ]]; then
     tests/test_hybrid.py tests/test_middle_band.py tests/test_reliability_round2.py \
     tests/test_bad_inputs_hybrid.py tests/test_device_last_loc.py tests/test_killed_process.py \
     tests/test_review_round3.py tests/differential tests/test_distributed_local.py \
-    tests/test_distributed.py \
+    tests/test_distributed.py tests/test_window_free.py \
     2>&1 | relpaths | tee -a "$out/gpu-tests.log" | tail -4
   echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
 fi
