@@ -458,12 +458,12 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, AllocSurface, _SWABase):
         is already released (freed tokens among them) are skipped, as SGLang's composite
         skips them (``UnifiedRadixCache`` frees a node's full side, then its SWA side).
 
-        The ids are read on the host (one copy of GPU ids: SGLang's own selection
-        ``swa_indices[swa_indices > 0]`` waits for the GPU too) against the SWA side's
-        table, after the frees still queued are applied (a token an earlier ``free``
-        released must read as released), and the release applies now, so the next
-        translation reads 0 for these tokens, as SGLang's composite zeroes their mapping
-        at once (``SWAHybridAllocator.free_swa_now``)."""
+        The ids go to the host once (a copy of GPU ids: SGLang's own selection
+        ``swa_indices[swa_indices > 0]`` waits for the GPU too); the frees still queued
+        are applied first (a token an earlier ``free`` released must read as released);
+        the core then releases the tokens still bound on the SWA side and skips the rest,
+        at once, so the next translation reads 0 for these tokens, as SGLang's composite
+        zeroes their mapping at once (``SWAHybridAllocator.free_swa_now``)."""
         if free_index is None or free_index.numel() == 0:
             return
         self.full_attn_allocator.order_after_forward()

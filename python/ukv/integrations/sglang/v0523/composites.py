@@ -497,8 +497,8 @@ class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator)
         if self.free_group is not None:
             self._swa_group.append(free_index.detach().clone())
             return
-        # The 0.5.16 drop-in's: queued frees applied, the still-bound ids read on the host
-        # and released at once (no device mask, no second selection here).
+        # The 0.5.16 drop-in's: queued frees applied, then the core releases the ids still
+        # bound on the SWA side and skips the rest, at once (no selection on the device).
         super().free_swa(free_index.detach())
 
     def free_group_begin(self) -> None:
