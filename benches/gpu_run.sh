@@ -9,6 +9,8 @@
 # small calls, the model demo on CUDA and the serving-step bench; `sglang` the SGLang 0.5.16
 # drop-in suites and SGLang's own unit tests with the pool on CUDA, `sglang-bench` the
 # per-step bench under SGLang 0.5.16 (see those parts below; neither is in the default
+# list); `regress` the host-path regression gate with its A/A control and the host-time
+# bench of the rows still short of their goals (see that part below; not in the default
 # list). Each part fits one device call (< 10 min).
 # Installs the prebuilt abi3 wheel into a temporary directory (the GPU machine has no Rust).
 set -uo pipefail
@@ -29,7 +31,7 @@ if [[ " $parts " == *" tests "* ]]; then
     tests/test_hybrid.py tests/test_middle_band.py tests/test_reliability_round2.py \
     tests/test_bad_inputs_hybrid.py tests/test_device_last_loc.py tests/test_killed_process.py \
     tests/test_review_round3.py tests/differential tests/test_distributed_local.py \
-    tests/test_distributed.py \
+    tests/test_distributed.py tests/test_window_free.py \
     2>&1 | relpaths | tee -a "$out/gpu-tests.log" | tail -4
   echo "gpu tests took $((SECONDS - start)) s" | tee -a "$out/gpu-tests.log"
 fi
@@ -57,6 +59,38 @@ if [[ " $parts " == *" bench "* ]]; then
   (cd "$out" && timeout 200 python3 -m ukv demo --requests 600 --pool-mib 6 --png demo-arena-cuda.png) \
     > "$out/demo-cuda.log" 2>&1; tail -3 "$out/demo-cuda.log"
   python3 benches/bench_step_launches.py --out "$out/step-h200.md" > "$out/step.log" 2>&1; grep -A6 "Host time" "$out/step-h200.md"
+fi
+
+if [[ " $parts " == *" regress "* ]]; then
+  # The host-path regression gate (benches/README.md), about 6 min in all. Needs the two
+  # wheels and manifest of `bash benches/regress_build.sh OLD` carried (REGRESS_WHEELS,
+  # default .gpu/regress); the <wheel> argument is what the last step times. In order:
+  #   1. the A/A control: the old wheel on both sides (--aa), one process pair: the noise
+  #      floor of this machine today (regress-<card>-aa.md/.json);
+  #   2. the gate, old against new (regress-<card>.md/.json);
+  #   3. bench_cuda_host.py on <wheel>, against SGLang's allocator when .gpu/peer/ was
+  #      carried: the absolute host µs of the rows still short of issue 29's goals, the
+  #      device-id alloc+free pair (<= 25 µs, >= 8x SGLang), the lazy 4096-page batch
+  #      (>= 5x SGLang) and the host-id pair (<= 12 µs) (cuda-host.md/.json).
+  # REGRESS_DEVICE=cpu REGRESS_ARGS=--quick runs the same steps on a machine without a GPU
+  # (a check that they work, not a result).
+  rw=${REGRESS_WHEELS:-.gpu/regress}; rdev=${REGRESS_DEVICE:-cuda}; rstart=$SECONDS
+  read -r -a rargs <<< "${REGRESS_ARGS:-}"
+  timeout "${REGRESS_AA_SECONDS:-120}" python3 benches/regress_run.py --wheels "$rw" \
+    --device "$rdev" --out "$out" --aa --processes 1 "${rargs[@]}" > "$out/regress-aa.log" 2>&1
+  echo "regress --aa exit $?"; grep -h -E '^\| `(pair|reloc|batch)' "$out"/regress-*-aa.md | head -20
+  timeout "${REGRESS_SECONDS:-240}" python3 benches/regress_run.py --wheels "$rw" \
+    --device "$rdev" --out "$out" "${rargs[@]}" > "$out/regress.log" 2>&1
+  echo "regress exit $?"; grep -h -E '^\| `(pair|reloc|batch)' $(ls "$out"/regress-*.md | grep -v -- -aa.md) | head -20
+  if [ -x .gpu/peer/install.sh ] && [ ! -d /tmp/peer ]; then
+    bash .gpu/peer/install.sh /tmp/peer > "$out/peer-install.log" 2>&1; tail -2 "$out/peer-install.log"
+  fi
+  [ -d /tmp/peer ] && export PYTHONPATH=/tmp/peer:$PYTHONPATH
+  hargs=(); [ "$rdev" = cpu ] && hargs=(--quick --no-peer)
+  UKV_COMMIT=$commit timeout "${HOST_SECONDS:-180}" python3 benches/bench_cuda_host.py \
+    --device "$rdev" --out "$out" --commit "$commit" "${hargs[@]}" > "$out/cuda-host.log" 2>&1
+  echo "bench_cuda_host exit $?"; grep -h -E '^\| alloc' "$out"/*-host.md | head -16
+  echo "regress part took $((SECONDS - rstart)) s"
 fi
 
 if [[ " $parts " == *" sglang "* || " $parts " == *" sglang-bench "* ]]; then

@@ -436,7 +436,7 @@ class UnifiedKVPool:
                 are then not returned).
         """
         with self._lock:
-            self._runtime.move_listeners.append(listener)
+            self._runtime.move_listeners.add(listener)
 
     def remove_move_listener(
         self, listener: Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]
@@ -447,12 +447,7 @@ class UnifiedKVPool:
             ArgumentError: ``listener`` is not registered.
         """
         with self._lock:
-            try:
-                self._runtime.move_listeners.remove(listener)
-            except ValueError:
-                raise ArgumentError(
-                    f"bad argument listener = {listener!r}: not a move listener of this pool"
-                ) from None
+            self._runtime.move_listeners.remove(listener)
 
     def retire_completed(self) -> None:
         """Release what completed forwards were holding (pending pages, write blockers)."""
@@ -471,6 +466,13 @@ class UnifiedKVPool:
         with self._lock:
             self._runtime.check_not_capturing("sync_frees")
             self._runtime.settle(wait=True)
+
+    @property
+    def inflight_frees(self) -> int:
+        """Frees accepted but not applied yet: frees of GPU ids waiting for their copy to
+        the host, and host-id frees queued behind them (0 on a CPU pool). O(1), without
+        the lock: ``stats().inflight_frees`` without building a snapshot."""
+        return self._runtime.frees.frees()
 
     # ----- giving the buffer's memory back (memory saver) ------------------------------------
 
@@ -566,13 +568,8 @@ class UnifiedKVPool:
         synchronizes anyway (e.g. after sampling). Pools without a GPU never fail here
         (their ``last_loc`` is checked by the call itself).
         """
-        rt = self._runtime
         with self._lock:
-            if rt.cuda_index >= 0 and torch._C._cuda_getDevice() != rt.cuda_index:
-                with torch.cuda.device(rt.cuda_index):
-                    rt.faults.raise_if_any()
-                return
-            rt.faults.raise_if_any()
+            self._runtime.raise_device_faults()
 
     # ----- checks and stats -----------------------------------------------------------------
 

@@ -71,6 +71,7 @@ class DeferredFrees:
         self._live = live
         self._queues: dict[int, deque[Deferred]] = {s: deque() for s in set(spaces)}
         self._frees = [0] * len(names)
+        self._num_frees = 0  # sum(self._frees), kept so that counting all is O(1)
         self._count = 0
         self.group_open = [False] * len(names)
         """Whether a free group is open on each sub-pool, as the caller sees it (a
@@ -89,11 +90,8 @@ class DeferredFrees:
         return self._count
 
     def frees(self, pool: int | None = None) -> int:
-        """Queued frees (of one sub-pool, or all)."""
-        return self._count_frees() if pool is None else self._frees[pool]
-
-    def _count_frees(self) -> int:
-        return sum(self._frees)
+        """Queued frees (of one sub-pool, or all; O(1))."""
+        return self._num_frees if pool is None else self._frees[pool]
 
     def blocks(self, pool: int) -> bool:
         """Whether anything of ``pool``'s id space is queued (a free of it must queue too)."""
@@ -132,6 +130,7 @@ class DeferredFrees:
         self._count += 1
         if entry.kind == "free":
             self._frees[entry.pool] += 1
+            self._num_frees += 1
 
     def push_host_free(
         self, pool: int, ids: np.ndarray, apply: Callable[[np.ndarray], None]
@@ -164,6 +163,7 @@ class DeferredFrees:
                 self._count -= 1
                 if entry.kind == "free":
                     self._frees[entry.pool] -= 1
+                    self._num_frees -= 1
                 ids = entry.landing.take() if entry.landing is not None else None
                 try:
                     run(entry, ids)

@@ -38,6 +38,7 @@ from ukv.execution.continuation import DeviceLast, FaultRecord
 from ukv.execution.deferred import Deferred, LandingIds
 from ukv.execution.forwards import Forwards
 from ukv.execution.frees import DeferredFrees
+from ukv.execution.listeners import MoveListeners
 from ukv.execution.memory import Buffer
 
 logger = logging.getLogger("ukv")
@@ -94,7 +95,7 @@ class PoolRuntime:
         self._backup: torch.Tensor | None = None
         # Called with each executed plan's page moves (see ``add_move_listener``). Made
         # once: they outlive executors (a resume builds a new one).
-        self.move_listeners: list[Callable[[list[tuple[str, np.ndarray, np.ndarray]]], None]] = []
+        self.move_listeners = MoveListeners()
         self._build_executor()
 
     def _build_executor(self) -> None:
@@ -163,19 +164,14 @@ class PoolRuntime:
         except BaseException as exc:  # any failure: tables and bytes may now disagree
             raise self.poison(f"executing a plan failed: {exc!r}") from exc
         if self.move_listeners:
-            self._report_moves()
+            self.move_listeners.report(self.arena, self.info)
         return out
 
-    def _report_moves(self) -> None:
-        """Hand the executed plan's page moves to every move listener (a plan without
-        moves reports nothing). The bytes have moved already; a listener that raises
-        propagates, but the pool stays consistent (its plan is complete)."""
-        moves = [
-            (self.info[i]["name"], src, dst) for i, src, dst in self.arena.plan_moves() if len(src)
-        ]
-        if moves:
-            for listener in list(self.move_listeners):
-                listener(moves)
+    def raise_device_faults(self) -> None:
+        """Raise the continuation faults the GPU recorded (see ``check_device_errors``),
+        reading them on the pool's GPU."""
+        with self.on_device():
+            self.faults.raise_if_any()
 
     def poison(self, why: str) -> PoolPoisonedError:
         """Refuse every later call: the core's tables may no longer match the device."""

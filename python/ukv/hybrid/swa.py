@@ -110,6 +110,42 @@ class SWAHybridAllocator(SubPoolAllocator):
     def _core_free_swa(self, ids: np.ndarray) -> None:
         self._arena.swa_free_nonowner(self._index, self._swa, ids)
 
+    def free_swa_now(self, ids: torch.Tensor) -> None:
+        """Release the SWA side of those ``ids`` whose SWA side is still bound, at once,
+        skipping the others instead of refusing them (already released, freed with their
+        full side, queued in an open free group, never bound, negative or beyond the id
+        space): SGLang's composite ``free_swa``. Repeated ids are released once.
+
+        Unlike :meth:`free_swa`, it never queues: ids on the GPU are copied to the host
+        (one wait for the copy), frees of this id space still queued are applied first
+        (waiting for theirs only when there are any, so ids they free are skipped), and
+        the core releases the still-bound pages in one plan, executed before the call
+        returns: the next translation reads 0 for every one of these tokens. Inside an
+        open free group the release is queued with the group, as :meth:`free_swa`'s;
+        ids whose full side the group frees are skipped (the group's end releases both
+        sides).
+
+        Args:
+            ids: shape ``[N]`` int32/int64 virtual token ids (host or device).
+
+        Raises:
+            ArgumentError: wrong type, dtype, rank or contiguity; the pool's memory is
+                released or the current stream captures a CUDA graph.
+            DeferredFreeError: a queued free applied first named ids that were not live
+                (as ``pool.sync_frees``); none of ``ids`` is released then.
+        """
+        host = _convert.host_ids("ids", ids)
+        if host.size == 0:
+            return
+        rt = self._rt
+        with rt.lock:
+            rt.check_usable()
+            rt.check_not_capturing("free_swa_now")
+            if rt.frees:
+                rt.settle(wait=rt.frees.blocks(self._index))
+            self._arena.swa_free_window(self._index, self._swa, host)
+            rt.execute()
+
     def bind_swa_pages(self, virtual_pages: torch.Tensor) -> bool:
         """Bind the SWA side of full's virtual pages that are live on full and unbound
         on SWA (an engine that allocated on the full side alone and binds the window's

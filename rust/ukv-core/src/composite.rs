@@ -268,6 +268,32 @@ impl Arena {
         for &t in tokens {
             pages.push(self.pools[full].live_page_of(t)?);
         }
+        self.release_swa_side(swa, pages);
+        Ok(())
+    }
+
+    /// The window free SGLang's composite makes: free the `swa` side of those tokens'
+    /// pages that are still bound there, skipping every other token instead of refusing
+    /// it (its page already released on `swa`, freed on `full` or queued in `full`'s open
+    /// free group, which releases both sides when it closes; a negative id or one outside
+    /// `full`'s id space). An open free group on `swa` queues instead.
+    ///
+    /// # Errors
+    /// [`UkvError::Argument`] for a pair that is not a SWA pair (nothing changes).
+    pub fn swa_free_window(&mut self, full: usize, swa: usize, tokens: &[i64]) -> Result<()> {
+        self.check_swa_pair(full, swa)?;
+        let f = &self.pools[full];
+        let pages = tokens
+            .iter()
+            .filter_map(|&t| f.try_live_page_of(t))
+            .collect();
+        self.release_swa_side(swa, pages);
+        Ok(())
+    }
+
+    /// Release (or queue) the `swa` side of live `full` pages, each once, skipping pages
+    /// already released or queued on `swa`; one plan.
+    fn release_swa_side(&mut self, swa: usize, mut pages: Vec<i64>) {
         let s = &mut self.pools[swa];
         let gen = s.next_mark_gen();
         pages.retain(|&v| {
@@ -279,7 +305,6 @@ impl Arena {
         self.release_or_queue(swa, &pages);
         self.relink();
         self.finish_plan();
-        Ok(())
     }
 
     /// Open the free groups of both sides of a SWA pair as one operation: both are checked

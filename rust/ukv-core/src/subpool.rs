@@ -570,6 +570,18 @@ impl SubPool {
         Ok(page)
     }
 
+    /// The page of `t` when [`SubPool::live_page_of`] would accept it, else None (no
+    /// error is built: for frees that skip what is not live).
+    #[inline(always)]
+    pub(crate) fn try_live_page_of(&self, t: i64) -> Option<i64> {
+        let page = if t >= 0 { self.page_of(t) } else { -1 };
+        let live = page >= self.geo.min_virtual_page
+            && page < self.geo.num_virtual_pages
+            && self.v2p[page as usize] != TOMBSTONE
+            && !self.group_contains(page);
+        live.then_some(page)
+    }
+
     #[inline(always)]
     pub(crate) fn group_contains(&self, page: i64) -> bool {
         self.group.as_ref().is_some_and(|g| g.set.contains(&page))

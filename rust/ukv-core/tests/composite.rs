@@ -162,6 +162,59 @@ fn window_free_rejects_ids_the_owner_does_not_hold() {
 }
 
 #[test]
+fn window_free_skips_what_is_not_bound_instead_of_refusing_it() {
+    let mut a = swa_pair(32, 16, 2, false);
+    let v = swa_alloc(&mut a, 5); // five pages, tokens 2 * page .. 2 * page + 1
+    let tok = |i: usize| 2 * v[i];
+    a.swa_free(FULL, SWA, &[tok(0)]).unwrap(); // freed with its full side
+    a.swa_free_nonowner(FULL, SWA, &[tok(1)]).unwrap(); // window already released
+    a.check_invariants().unwrap();
+    let before = a.clone();
+    // Nothing left to release, and ids outside the id space: skipped, nothing changes.
+    let dead = [tok(0), tok(1) + 1, -3, 1 << 40, 0];
+    a.swa_free_window(FULL, SWA, &dead).unwrap();
+    assert_same_tables(&before, &a);
+    assert_eq!(a.plan().num_moves(), 0);
+    // A mix with repeats: only the still-bound pages go, each once; full keeps its ids.
+    let mixed = [tok(2), tok(0), tok(2) + 1, tok(3), tok(1), tok(2), -1];
+    a.swa_free_window(FULL, SWA, &mixed).unwrap();
+    a.check_invariants().unwrap();
+    for &x in &v[1..4] {
+        assert_eq!(phys(&a, SWA, x), TOMBSTONE, "page {x}");
+        assert!(phys(&a, FULL, x) > 0, "page {x} stays live on full");
+    }
+    assert!(phys(&a, SWA, v[4]) > 0);
+    assert_eq!(a.pool(SWA).live_pages(), 1);
+    // The refusing variant refuses what this one skips.
+    assert!(a.swa_free_nonowner(FULL, SWA, &[tok(0)]).is_err());
+    // A pair that is not a SWA pair is refused.
+    assert!(matches!(
+        a.swa_free_window(SWA, FULL, &[tok(4)]),
+        Err(UkvError::Argument { .. })
+    ));
+}
+
+#[test]
+fn window_free_skips_ids_queued_in_the_owners_free_group() {
+    let mut a = swa_pair(32, 16, 1, false);
+    let v = swa_alloc(&mut a, 4);
+    a.swa_free_group_begin(FULL, SWA).unwrap();
+    a.swa_free(FULL, SWA, &v[..2]).unwrap(); // queued: both sides release at the end
+    a.swa_free_window(FULL, SWA, &v).unwrap(); // v[0], v[1] skipped; v[2], v[3] queued
+    a.swa_free_window(FULL, SWA, &v[2..]).unwrap(); // queued already: skipped
+    assert!(phys(&a, SWA, v[0]) > 0, "nothing released inside the group");
+    a.swa_free_group_end(FULL, SWA).unwrap();
+    a.check_invariants().unwrap();
+    for &x in &v {
+        assert_eq!(phys(&a, SWA, x), TOMBSTONE);
+    }
+    assert_eq!(phys(&a, FULL, v[0]), TOMBSTONE);
+    assert!(phys(&a, FULL, v[2]) > 0);
+    assert_eq!(a.pool(FULL).live_pages(), 2);
+    assert_eq!(a.pool(SWA).live_pages(), 0);
+}
+
+#[test]
 fn owner_free_and_clear_release_the_swa_bindings() {
     let mut a = swa_pair(32, 16, 1, false);
     let v = swa_alloc(&mut a, 4);

@@ -477,6 +477,18 @@ impl PyArena {
         self.call(|a| a.swa_free_nonowner(full, swa, tokens))
     }
 
+    /// Free the SWA side of those tokens' pages still bound there, skipping the others.
+    fn swa_free_window(
+        &mut self,
+        full: usize,
+        swa: usize,
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let tokens = ids(tokens, "ids")?;
+        let tokens = tokens.as_slice()?;
+        self.call(|a| a.swa_free_window(full, swa, tokens))
+    }
+
     /// Pages a joint alloc can take now, without compacting anything.
     fn joint_available_pages(&self, full: usize, swa: usize) -> PyResult<i64> {
         self.inner.check_swa_pair(full, swa).map_err(to_py)?;

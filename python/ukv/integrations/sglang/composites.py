@@ -456,29 +456,21 @@ class UnifiedSWATokenToKVPoolAllocator(_PairMixin, AllocSurface, _SWABase):
     def free_swa(self, free_index: torch.Tensor) -> None:
         """Release only the SWA side of tokens that left the window; tokens whose SWA side
         is already released (freed tokens among them) are skipped, as SGLang's composite
-        skips them (``UnifiedRadixCache`` frees a node's full side, then its SWA side)."""
+        skips them (``UnifiedRadixCache`` frees a node's full side, then its SWA side).
+
+        The ids go to the host once (a copy of GPU ids: SGLang's own selection
+        ``swa_indices[swa_indices > 0]`` waits for the GPU too); the frees still queued
+        are applied first (a token an earlier ``free`` released must read as released);
+        the core then releases the tokens still bound on the SWA side and skips the rest,
+        at once, so the next translation reads 0 for these tokens, as SGLang's composite
+        zeroes their mapping at once (``SWAHybridAllocator.free_swa_now``)."""
         if free_index is None or free_index.numel() == 0:
             return
         self.full_attn_allocator.order_after_forward()
         with translated():
-            self._apply_queued_frees()
-            bound = self._joint.translate_loc_from_full_to_swa(free_index) > 0
-            # Host ids: the release applies now, so the next translation reads 0 for these
-            # tokens, as SGLang's composite zeroes their mapping at once. (The selection
-            # reads the GPU, as SGLang's own ``swa_indices[swa_indices > 0]`` does.)
-            self._joint.free_swa(free_index[bound].cpu())
+            self._joint.free_swa_now(free_index.reshape(-1).contiguous())
             if self.is_not_in_free_group:
                 self.unified_buffer.settle_if_lockstep()
-
-    def _apply_queued_frees(self) -> None:
-        """Apply frees of GPU ids still waiting for their ids' copy to the host (a short
-        wait, only when there are any). A window free reads which tokens still hold an
-        SWA side: a token an earlier ``free`` released must read as released (SGLang's
-        radix cache frees a node's full side and then calls ``free_swa`` on the same ids;
-        on the GPU that free may still be queued)."""
-        pool = self.unified_buffer.ukv_pool
-        if pool.stats().inflight_frees:  # none on the CPU, where frees apply at once
-            pool.sync_frees()
 
     def set_full_to_swa_mapping(self, full_indices: Any, swa_indices: Any) -> None:
         """No mapping to keep: the SWA side's table is the mapping."""

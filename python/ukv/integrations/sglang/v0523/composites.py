@@ -497,13 +497,9 @@ class UnifiedSWAAllocatorBase(_V23Surface, v16.UnifiedSWATokenToKVPoolAllocator)
         if self.free_group is not None:
             self._swa_group.append(free_index.detach().clone())
             return
-        self._apply_queued_frees()  # a token an earlier free released reads as released
-        v2p = self.swa_attn_allocator.virtual_to_physical
-        ids = free_index.detach().to(torch.int64)
-        bound = (v2p[(ids // self.page_size).to(v2p.device)] > 0).to(ids.device)
-        live = ids[bound]
-        if live.numel():
-            super().free_swa(live)
+        # The 0.5.16 drop-in's: queued frees applied, then the core releases the ids still
+        # bound on the SWA side and skips the rest, at once (no selection on the device).
+        super().free_swa(free_index.detach())
 
     def free_group_begin(self) -> None:
         """Queue frees until :meth:`free_group_end`."""
