@@ -300,6 +300,56 @@ SCENARIOS = textwrap.dedent(
         rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
                                for r, s in enumerate(moved.tolist())])
 
+    def spec_tri(ps, lazy, extra):
+        # speculative_num_draft_tokens (and the extra buffer) on the tri-pool, through
+        # SGLang's own init_unified_mamba_swa_pools (its fixtures' build_tri_pool passes
+        # neither): the drop-in refused the keyword. As spec_mamba: a verify step writes
+        # each row's drafts and commits one per request; a free and a flush move a slot;
+        # the SWA pair beside it keeps its bytes.
+        from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_swa_pools
+
+        scn = f"spec_tri-ps{ps}-{'lazy' if lazy else 'eager'}-{'extra' if extra else 'plain'}"
+        cp = types.SimpleNamespace(
+            shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
+            dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
+            layers=[0],
+        )
+        b = init_unified_mamba_swa_pools(
+            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, v_head_dim=8,
+            swa_head_num=1, swa_head_dim=8, swa_v_head_dim=8, page_size=ps, start_layer=0,
+            end_layer=2, swa_attention_layer_ids=[1], full_attention_layer_ids=[0],
+            full_max_total_num_tokens=100 * ps, swa_max_total_num_tokens=100 * ps,
+            enable_memory_saver=False, need_sort=False, lazy_compaction=lazy,
+            mamba_layer_ids=[0], mamba2_cache_params=cp, max_mamba_cache_size=8,
+            model_context_len=64 * ps, extra_max_context_len=1, max_num_reqs=4,
+            enable_mamba_extra_buffer=extra, enable_mamba_extra_buffer_lazy=False,
+            disable_overlap_schedule=True, sliding_window_size=32, speculative_num_draft_tokens=3,
+        )
+        a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+        cache = req.mamba_pool.mamba_cache
+        rec(scn, "state_pool", type(cache).__name__)
+        rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
+                             [list(w.shape) for w in cache.intermediate_conv_window]])
+        rec(scn, "slots", [req.mamba_allocator.size, req.mamba_allocator.available_size()])
+        sizes(scn, "empty", a)
+        slots = req.mamba_allocator.alloc(3)
+        rec(scn, "states.ids", slots)
+        for row in range(3):
+            for t in range(3):
+                cache.intermediate_ssm[:, row, t] = 10.0 * row + t
+        phys = req.translate_mamba_indices(slots)
+        for row, slot in enumerate(phys.tolist()):
+            cache.temporal[:, slot] = cache.intermediate_ssm[:, row, row]
+        ids = a.alloc(8 * ps)
+        write(a, a.get_kvcache(), ids, (0, 1))
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        moved = req.translate_mamba_indices(slots[1:])
+        rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
+                               for r, s in enumerate(moved.tolist())])
+        check(scn, "kv", a, a.get_kvcache(), ids, ids, (0, 1), 1)
+        sizes(scn, "end", a)
+
     def mamba(ps, lazy):
         scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
         b = init_mamba(ps, lazy)
@@ -497,6 +547,11 @@ SCENARIOS = textwrap.dedent(
         cpu_copy(ps)
         for lazy in (False, True):
             spec_mamba(ps, lazy)
+            for extra in (False, True):
+                try:
+                    spec_tri(ps, lazy, extra)
+                except Exception as exc:  # noqa: BLE001 - recorded, compared
+                    rec(f"spec_tri{(ps, lazy, extra)}", "error", f"{type(exc).__name__}: {exc}")
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
@@ -549,6 +604,9 @@ KNOWN: dict[tuple[str, str], str] = {
         "the tri-pool's joint capacity counts the SWA float as ukv packs it (no holes "
         "left behind in eager mode), a few tokens more than SGLang's float with holes"
     ),
+    ("spec_tri-*", "*.available"): (
+        "as tri-*: the tri-pool's joint capacity counts the SWA float as ukv packs it"
+    ),
     ("mamba-*", "tokens_before_recheck"): (
         "full_tokens_before_mamba_recheck: ukv's exact shortage (0 when the states fit, and "
         "when no amount of tokens would do), where SGLang gives a lower bound"
@@ -581,6 +639,16 @@ def test_the_bytes_read_back_are_the_bytes_written(observed: dict) -> None:
         for scn, obs in scenarios.items():
             wrong = {k: v for k, v in obs.items() if k.endswith("rows_wrong") and v}
             assert not wrong, (side, scn, wrong)
+
+
+def test_speculative_states_commit_on_both_sides(observed: dict) -> None:
+    """The Mamba pair's and the tri-pool's verify scratch: every committed draft state
+    reads back in its request's slot after a free and a flush, on both sides."""
+    for side, scenarios in observed.items():
+        runs = {s: v for s, v in scenarios.items() if s.startswith(("spec_mamba-", "spec_tri-"))}
+        assert len(runs) == 12, (side, sorted(runs))
+        for scn, obs in runs.items():
+            assert obs["committed"] and all(obs["committed"]), (side, scn, obs["committed"])
 
 
 def test_sglangs_swa_page_handover_runs_on_the_drop_in(observed: dict) -> None:
