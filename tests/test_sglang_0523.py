@@ -791,6 +791,8 @@ HANDOVER = textwrap.dedent(
     refused(lambda: swa.bind(kept[:2], phys), SGLangArgumentError, "2 virtual for 4")
     refused(lambda: swa.bind(kept[:1], torch.tensor([200])), SGLangArgumentError, "200")
     refused(lambda: swa.bind(kept[:2], phys[[0, 0]]), SGLangArgumentError, "repeated")
+    refused(lambda: swa.bind(kept[:1], phys[:1].float()), SGLangArgumentError, "dtype")
+    refused(lambda: swa.bind(kept[:1], "page"), SGLangArgumentError, "physical_ids")
     refused(lambda: swa.bind(incoming[:1], phys[1:2]), SGLangArgumentError, str(int(incoming[0])))
     # Outside a handover the table is read-only, as before.
     refused(lambda: swa.virtual_to_physical.index_fill_(0, incoming, -1), ukv.ArgumentError, "read-only")

@@ -33,7 +33,10 @@ __all__ = ["HandedOverTable", "hand_over", "table_after_handover"]
 
 
 def _pages(value: Any, name: str) -> np.ndarray:
-    t = torch.as_tensor(value)
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise SGLangArgumentError(f"bind: {name} = {value!r:.80} is not page ids") from exc
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.dtype.is_complex:
         raise SGLangArgumentError(f"bind: {name} dtype {t.dtype} must be an integer dtype")
     return t.detach().reshape(-1).to(torch.int64).cpu().numpy()
