@@ -59,6 +59,17 @@ SCENARIOS = textwrap.dedent(
     fx.setup_allocator_context()
     OUT = {}
 
+    # Count the SWA component's page handovers; SGLang's own method runs as it is.
+    from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+    TRANSFERS = [0]
+    _transfer = SWAComponent._transfer_swa_pages
+
+    def _counted(self, *args):
+        TRANSFERS[0] += 1
+        return _transfer(self, *args)
+
+    SWAComponent._transfer_swa_pages = _counted
+
     def rec(scn, key, value):
         if isinstance(value, torch.Tensor):
             value = value.tolist()
@@ -289,6 +300,56 @@ SCENARIOS = textwrap.dedent(
         rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
                                for r, s in enumerate(moved.tolist())])
 
+    def spec_tri(ps, lazy, extra):
+        # speculative_num_draft_tokens (and the extra buffer) on the tri-pool, through
+        # SGLang's own init_unified_mamba_swa_pools (its fixtures' build_tri_pool passes
+        # neither): the drop-in refused the keyword. As spec_mamba: a verify step writes
+        # each row's drafts and commits one per request; a free and a flush move a slot;
+        # the SWA pair beside it keeps its bytes.
+        from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_swa_pools
+
+        scn = f"spec_tri-ps{ps}-{'lazy' if lazy else 'eager'}-{'extra' if extra else 'plain'}"
+        cp = types.SimpleNamespace(
+            shape=types.SimpleNamespace(conv=[(3, 8)], temporal=(1, 4, 8)),
+            dtype=types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32),
+            layers=[0],
+        )
+        b = init_unified_mamba_swa_pools(
+            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, v_head_dim=8,
+            swa_head_num=1, swa_head_dim=8, swa_v_head_dim=8, page_size=ps, start_layer=0,
+            end_layer=2, swa_attention_layer_ids=[1], full_attention_layer_ids=[0],
+            full_max_total_num_tokens=100 * ps, swa_max_total_num_tokens=100 * ps,
+            enable_memory_saver=False, need_sort=False, lazy_compaction=lazy,
+            mamba_layer_ids=[0], mamba2_cache_params=cp, max_mamba_cache_size=8,
+            model_context_len=64 * ps, extra_max_context_len=1, max_num_reqs=4,
+            enable_mamba_extra_buffer=extra, enable_mamba_extra_buffer_lazy=False,
+            disable_overlap_schedule=True, sliding_window_size=32, speculative_num_draft_tokens=3,
+        )
+        a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
+        cache = req.mamba_pool.mamba_cache
+        rec(scn, "state_pool", type(cache).__name__)
+        rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
+                             [list(w.shape) for w in cache.intermediate_conv_window]])
+        rec(scn, "slots", [req.mamba_allocator.size, req.mamba_allocator.available_size()])
+        sizes(scn, "empty", a)
+        slots = req.mamba_allocator.alloc(3)
+        rec(scn, "states.ids", slots)
+        for row in range(3):
+            for t in range(3):
+                cache.intermediate_ssm[:, row, t] = 10.0 * row + t
+        phys = req.translate_mamba_indices(slots)
+        for row, slot in enumerate(phys.tolist()):
+            cache.temporal[:, slot] = cache.intermediate_ssm[:, row, row]
+        ids = a.alloc(8 * ps)
+        write(a, a.get_kvcache(), ids, (0, 1))
+        req.mamba_allocator.free(slots[:1])
+        a.flush_opportunistic()
+        moved = req.translate_mamba_indices(slots[1:])
+        rec(scn, "committed", [bool((cache.temporal[:, int(s)] == 11.0 * (r + 1)).all())
+                               for r, s in enumerate(moved.tolist())])
+        check(scn, "kv", a, a.get_kvcache(), ids, ids, (0, 1), 1)
+        sizes(scn, "end", a)
+
     def mamba(ps, lazy):
         scn = f"mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
         b = init_mamba(ps, lazy)
@@ -411,6 +472,53 @@ SCENARIOS = textwrap.dedent(
         a.load_cpu_copy(copy, ids, mamba_indices=None, req_pool_index=1)
         check(scn, "loaded", a, kv, ids, ids, (0, 1), 1)
 
+    def swa_transfer(ps, lazy):
+        # SGLang's SWA radix recovery: an insert meets an SWA tombstone whose full KV a
+        # running request locks, and the component hands the incoming ids' SWA pages to
+        # the node's ids (_transfer_swa_pages: bind, a tombstone write into the SWA table,
+        # clear_inverse_history). The drop-in refused bind; the scheduler driver replaced
+        # the method by value on both pools.
+        from array import array
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        scn = f"swa_transfer-ps{ps}-{'lazy' if lazy else 'eager'}"
+        a, cache = fx.build_swa_cache(occupancy=0, lazy=lazy, page_size=ps, window=4 * ps)
+        kv = a.get_kvcache()
+        n = 12 * ps
+        key = RadixKey(array("q", range(5000, 5000 + n)))
+        other = a.alloc(4 * ps)  # freed at the end: compaction moves the handed-over pages
+        kept = a.alloc(n)
+        cache.insert(InsertParams(key=key, value=kept))
+        node = cache.match_prefix(MatchPrefixParams(key=key)).last_device_node
+        cache.inc_lock_ref(node, skip_lock_components=(ComponentType.SWA,))  # a running request
+        rec(scn, "evicted", cache.evict(EvictParams(swa_num_tokens=n)).swa_num_tokens_evicted)
+        incoming = a.alloc(n)
+        write(a, kv, incoming, (0, 1))
+        rec(scn, "incoming.swa_phys", a.translate_loc_from_full_to_swa(incoming))
+        sizes(scn, "before", a)
+        before = TRANSFERS[0]
+        cache.insert(InsertParams(key=key, value=incoming))
+        rec(scn, "transfers", TRANSFERS[0] - before)
+        rec(scn, "kept.swa_phys", a.translate_loc_from_full_to_swa(kept))
+        sizes(scn, "after", a)
+
+        def moved_rows(tag):
+            # layer 1 (SWA): the incoming request's rows, read through the kept ids
+            phys = a.translate_loc_from_full_to_swa(kept).to(torch.int64)
+            want = rows(incoming, 1)
+            bad = int((kv.get_key_buffer(1)[phys] != want).any(dim=(1, 2)).sum())
+            bad += int((kv.get_value_buffer(1)[phys] != -want).any(dim=(1, 2)).sum())
+            rec(scn, tag + ".rows_wrong", bad)
+
+        moved_rows("kept")
+        a.free(other)
+        a.flush_opportunistic()
+        rec(scn, "compacted.swa_phys", a.translate_loc_from_full_to_swa(kept))
+        moved_rows("compacted")
+        sizes(scn, "compacted", a)
+
     def lazy_available(ps):
         # Lazy mode, right after frees: the joint available_size counts the freed pages
         # (SGLang drains holes into its count; the drop-in counts what its allocation gets
@@ -430,10 +538,20 @@ SCENARIOS = textwrap.dedent(
 
     for ps in (1, 4):
         lazy_available(ps)
+        for lazy in (False, True):
+            try:
+                swa_transfer(ps, lazy)
+            except Exception as exc:  # noqa: BLE001 - recorded, compared
+                rec(f"swa_transfer{(ps, lazy)}", "error", f"{type(exc).__name__}: {exc}")
         unmarked_loc(ps)
         cpu_copy(ps)
         for lazy in (False, True):
             spec_mamba(ps, lazy)
+            for extra in (False, True):
+                try:
+                    spec_tri(ps, lazy, extra)
+                except Exception as exc:  # noqa: BLE001 - recorded, compared
+                    rec(f"spec_tri{(ps, lazy, extra)}", "error", f"{type(exc).__name__}: {exc}")
         for lazy in (False, True):
             for name, fn, args in (
                 ("swa_pair", swa_pair, [(ps, lazy, (1, 1)), (ps, lazy, (1, 3))]),
@@ -486,6 +604,9 @@ KNOWN: dict[tuple[str, str], str] = {
         "the tri-pool's joint capacity counts the SWA float as ukv packs it (no holes "
         "left behind in eager mode), a few tokens more than SGLang's float with holes"
     ),
+    ("spec_tri-*", "*.available"): (
+        "as tri-*: the tri-pool's joint capacity counts the SWA float as ukv packs it"
+    ),
     ("mamba-*", "tokens_before_recheck"): (
         "full_tokens_before_mamba_recheck: ukv's exact shortage (0 when the states fit, and "
         "when no amount of tokens would do), where SGLang gives a lower bound"
@@ -518,6 +639,29 @@ def test_the_bytes_read_back_are_the_bytes_written(observed: dict) -> None:
         for scn, obs in scenarios.items():
             wrong = {k: v for k, v in obs.items() if k.endswith("rows_wrong") and v}
             assert not wrong, (side, scn, wrong)
+
+
+def test_speculative_states_commit_on_both_sides(observed: dict) -> None:
+    """The Mamba pair's and the tri-pool's verify scratch: every committed draft state
+    reads back in its request's slot after a free and a flush, on both sides."""
+    for side, scenarios in observed.items():
+        runs = {s: v for s, v in scenarios.items() if s.startswith(("spec_mamba-", "spec_tri-"))}
+        assert len(runs) == 12, (side, sorted(runs))
+        for scn, obs in runs.items():
+            assert obs["committed"] and all(obs["committed"]), (side, scn, obs["committed"])
+
+
+def test_sglangs_swa_page_handover_runs_on_the_drop_in(observed: dict) -> None:
+    """SGLang's own ``_transfer_swa_pages`` (reached through its radix cache: an insert
+    over an SWA tombstone whose full KV a request locks) ran on both sides, and the kept
+    ids read the incoming request's SWA rows, also after a compaction moved them."""
+    for side, scenarios in observed.items():
+        runs = {s: v for s, v in scenarios.items() if s.startswith("swa_transfer-")}
+        assert len(runs) == 4, (side, sorted(scenarios))
+        for scn, obs in runs.items():
+            assert obs["transfers"] >= 1 and obs["evicted"] > 0, (side, scn, obs)
+            assert obs["kept.rows_wrong"] == obs["compacted.rows_wrong"] == 0, (side, scn)
+            assert 0 not in obs["kept.swa_phys"], (side, scn)
 
 
 def test_the_drop_in_agrees_with_sglang(observed: dict) -> None:
@@ -603,3 +747,90 @@ REFUSALS = textwrap.dedent(
 def test_what_ukv_refuses_is_refused_by_name() -> None:
     res = _run(REFUSALS, "dropin")
     assert res.returncode == 0 and "refused" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+HANDOVER = textwrap.dedent(
+    """
+    import sglang_stubs
+    sglang_stubs.pytest_configure(None)
+    import ukv.integrations.sglang as dropin
+    dropin.install()
+    import torch
+    import ukv
+    from sglang.test import unified_allocator_fixtures as fx
+    from ukv.integrations.sglang.errors import SGLangArgumentError, SGLangNotImplementedError
+    fx.setup_allocator_context()
+    a = fx.build_swa_pool(page_size=1, lazy=False)
+    swa = a.swa_attn_allocator
+    kept = a.alloc(4)
+    a.free_swa(kept)
+    incoming = a.alloc(4)
+
+    def state():
+        return (swa.virtual_to_physical.clone(), swa.physical_to_virtual.clone(),
+                a.full_attn_allocator.virtual_to_physical.clone(), a.available_size(),
+                a.swa_available_size(), swa.allocated_count())
+
+    def same(x, y):
+        return all(torch.equal(p, q) if isinstance(p, torch.Tensor) else p == q
+                   for p, q in zip(x, y))
+
+    def refused(call, kind, *named):
+        before = state()
+        try:
+            call()
+        except kind as exc:
+            assert all(n in str(exc) for n in named), exc
+        else:
+            raise SystemExit(f"accepted: {call}")
+        assert same(before, state()), "a refusal changed the pool"
+
+    phys = swa.virtual_to_physical[incoming].clone()
+    # The owner side still cannot bind: it has no physical page without an id.
+    refused(lambda: a.full_attn_allocator.bind(kept, phys), SGLangNotImplementedError, "bind")
+    refused(lambda: swa.bind(kept[:2], phys), SGLangArgumentError, "2 virtual for 4")
+    refused(lambda: swa.bind(kept[:1], torch.tensor([200])), SGLangArgumentError, "200")
+    refused(lambda: swa.bind(kept[:2], phys[[0, 0]]), SGLangArgumentError, "repeated")
+    refused(lambda: swa.bind(kept[:1], phys[:1].float()), SGLangArgumentError, "dtype")
+    refused(lambda: swa.bind(kept[:1], "page"), SGLangArgumentError, "physical_ids")
+    refused(lambda: swa.bind(incoming[:1], phys[1:2]), SGLangArgumentError, str(int(incoming[0])))
+    # Outside a handover the table is read-only, as before.
+    refused(lambda: swa.virtual_to_physical.index_fill_(0, incoming, -1), ukv.ArgumentError, "read-only")
+    swa.bind(kept, phys)
+    assert torch.equal(swa.virtual_to_physical[kept], phys)
+    assert (swa.virtual_to_physical[incoming] == -1).all()
+    # Only the tombstone write onto exactly the handed-over ids is taken (a no-op).
+    for bad in (
+        lambda: swa.virtual_to_physical.index_fill_(0, kept, -1),
+        lambda: swa.virtual_to_physical.index_fill_(0, incoming[:2], -1),
+        lambda: swa.virtual_to_physical.index_fill_(0, torch.cat([incoming, kept[:1]]), -1),
+        lambda: swa.virtual_to_physical.index_fill_(0, incoming, 0),
+        lambda: swa.virtual_to_physical.__setitem__(incoming, -1),
+        lambda: swa.virtual_to_physical.fill_(-1),
+    ):
+        refused(bad, ukv.ArgumentError, "read-only")
+    before = state()
+    swa.virtual_to_physical.index_fill_(0, incoming, -1)
+    assert same(before, state())
+    refused(lambda: swa.virtual_to_physical.index_fill_(0, incoming, -1), ukv.ArgumentError, "read-only")
+    swa.clear_inverse_history()
+    # A second handover, then clear_inverse_history closes its window.
+    more = a.alloc(2)
+    a.free_swa(incoming[:2])
+    swa.bind(incoming[:2], swa.virtual_to_physical[more].clone())
+    swa.clear_inverse_history()
+    refused(lambda: swa.virtual_to_physical.index_fill_(0, more, -1), ukv.ArgumentError, "read-only")
+    a.unified_buffer.ukv_pool.check_invariants()
+    print("handed over")
+    """
+)
+
+
+def test_the_handover_takes_only_its_own_tombstone_write() -> None:
+    """``bind`` on the drop-in's SWA side hands pages between live ids; refusals name the
+    bad value and change nothing; the table takes only the tombstone write onto the ids
+    just handed over, once, until ``clear_inverse_history``."""
+    res = _run(HANDOVER, "dropin")
+    assert res.returncode == 0 and "handed over" in res.stdout, (
+        res.stdout[-4000:] + res.stderr[-4000:]
+    )

@@ -153,3 +153,27 @@ def test_checks_catch_a_corrupted_token_or_state(side_by_side: dict, name: str) 
     (the after-iteration read-back), or a zeroed state slot: each run fails with LostBytes."""
     err = side_by_side[name]["error"] or ""
     assert err.startswith("LostBytes"), err
+
+
+@needs_sglang
+def test_sglangs_swa_page_handover_runs_unpatched(side_by_side: dict) -> None:
+    """0.5.23: no scheduling patch, and the SWA radix runs reach SGLang's own page handover
+    (``SWAComponent._transfer_swa_pages``: ``bind`` + the tombstone write) on the drop-in,
+    as often as on SGLang's pool where both run the same trace. 0.5.16 has no such path
+    (its SWA radix recovery is the ``swa_locked_full_recovery`` patch)."""
+    if sglang_release() != "0.5.23":
+        pytest.skip("0.5.23's SWA component only")
+    name = "SWAComponent._transfer_swa_pages"
+    taken = {}
+    for config, pair in side_by_side.items():
+        if "ukv" not in pair or not config.startswith("swa-"):
+            continue
+        for side in ("ukv", "sglang"):
+            if side in pair:
+                patched = pair[side]["patches"] or {}
+                assert "swa_page_transfer" not in patched, (config, side, patched)
+        taken[config] = (pair["ukv"]["paths"] or {}).get(name, 0)
+        if "sglang" in pair and pair.get("first_divergence") is None:
+            assert taken[config] == (pair["sglang"]["paths"] or {}).get(name, 0), config
+    print(f"{name} calls per SWA configuration on the drop-in: {taken}")
+    assert sum(taken.values()) > 0, taken

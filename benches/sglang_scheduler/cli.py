@@ -107,10 +107,11 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
         from sglang_scheduler import events
 
         events.install_host_streams()
-    from sglang_scheduler import patches
+    from sglang_scheduler import patches, paths
 
     t0 = time.perf_counter()
     counts_before = dict(patches.COUNTS)
+    paths_before = dict(paths.COUNTS)
     out: dict[str, Any] = {"config": cfg.name, "pool": cfg.pool, "error": None}
     loop = None
     try:
@@ -155,6 +156,7 @@ def run_one(cfg: Config, quiet: bool) -> dict[str, Any]:
     out["sglang_patches"] = {
         name: patches.COUNTS.get(name, 0) - counts_before.get(name, 0) for name in patches.APPLIED
     }
+    out["sglang_paths"] = {name: n - paths_before.get(name, 0) for name, n in paths.COUNTS.items()}
     return out
 
 

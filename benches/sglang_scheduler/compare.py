@@ -139,6 +139,7 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
         "busy_checks": t.get("busy_checks"),
         "seconds": r.get("seconds"),
         "patches": r.get("sglang_patches"),
+        "paths": r.get("sglang_paths"),
         "spec": r.get("spec"),
         "moved": r.get("moved"),
     }

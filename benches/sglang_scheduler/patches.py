@@ -36,18 +36,11 @@ pools alike (the comparison stays fair; the drop-in shares SGLang's API here):
   own pool dies there too (seed 3 of the default CPU trace). The patched method then
   also evicts the full KV one slot's bytes take (``mamba_slot_full_token_cost``).
 
-SGLang 0.5.23 fixed both scheduling defects on its own pool; one path remains patched,
-on both pools alike, for a drop-in gap:
-
-* ``swa_page_transfer``: when an insert meets an SWA tombstone whose full KV a running
-  request locks, 0.5.23's SWA component hands the node's virtual pages the incoming
-  request's *physical* SWA pages (``SWAComponent._transfer_swa_pages``:
-  ``swa_attn_allocator.bind(kept, physical)``, then a tombstone written into the SWA
-  side's v2p table). ukv's core places physical pages itself and its tables are
-  read-only, so the drop-in refuses ``bind`` (docs/SGLANG.md, "SGLang 0.5.23"). The
-  method is replaced by the same outcome by value (:func:`rebind` without freeing the
-  incoming full side, which SGLang's caller does): new SWA pages bound to the node's
-  ids, the incoming rows copied there, the incoming SWA pages released.
+SGLang 0.5.23 fixed both scheduling defects on its own pool and needs no patch: its SWA
+component's page handover (``SWAComponent._transfer_swa_pages``: ``bind`` of the incoming
+request's physical SWA pages to the node's ids, then a tombstone write into the SWA v2p
+table), which the driver replaced by value on both pools while the drop-in refused
+``bind``, runs as SGLang ships it on both (``paths`` counts its calls).
 """
 
 from __future__ import annotations
@@ -110,11 +103,6 @@ def scheduling(stack: Any) -> None:
         SWARadixCache._recover_tombstone_keeping_locked_full = _swa_radix_recover
         SWAComponent._restore_device_value_with_locked_full = _component_recover
         _note("swa_locked_full_recovery")
-    elif stack.is_swa and "swa_page_transfer" in wanted:
-        from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
-
-        SWAComponent._transfer_swa_pages = _component_transfer
-        _note("swa_page_transfer")
     elif stack.is_mamba and "mamba_slot_full_eviction" in wanted:
         from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
         from sglang.srt.mem_cache.unified_cache_components.mamba_component import (
@@ -129,13 +117,12 @@ def scheduling(stack: Any) -> None:
 # ----- swa_locked_full_recovery -------------------------------------------------------------
 
 
-def rebind(full_value: torch.Tensor, incoming: torch.Tensor, free_incoming: bool = True) -> None:
+def rebind(full_value: torch.Tensor, incoming: torch.Tensor) -> None:
     """Give the node's virtual tokens ``full_value`` the SWA content of ``incoming``, then
-    free ``incoming`` (both sides; only its SWA side when not ``free_incoming``): read the incoming SWA bytes (after the in-flight forward
-    lands: a chunk being stashed may still be written), release their SWA slots
-    (``free_swa``), bind the node's pages on the SWA side
-    (``swa_attn_allocator.alloc_with_virtual``), write the bytes there with the pool's own
-    ``set_kv_buffer``, free the incoming tokens."""
+    free ``incoming``: read the incoming SWA bytes (after the in-flight forward lands: a
+    chunk being stashed may still be written), release their SWA slots (``free_swa``),
+    bind the node's pages on the SWA side (``swa_attn_allocator.alloc_with_virtual``),
+    write the bytes there with the pool's own ``set_kv_buffer``, free the incoming tokens."""
     from sglang_scheduler import release
 
     st = _stack
@@ -158,9 +145,8 @@ def rebind(full_value: torch.Tensor, incoming: torch.Tensor, free_incoming: bool
     for layer_id, (k, v) in saved.items():
         loc = release.current().write_loc(full_value, alloc.translate_kv_loc(full_value), dst)
         pool.set_kv_buffer(types.SimpleNamespace(layer_id=layer_id), loc, k, v)
-    if free_incoming:
-        alloc.free(incoming)
-        COUNTS["swa_locked_full_recovery"] += 1
+    alloc.free(incoming)
+    COUNTS["swa_locked_full_recovery"] += 1
 
 
 def _rows(view: torch.Tensor, phys: torch.Tensor) -> torch.Tensor:
@@ -176,13 +162,6 @@ def _swa_radix_recover(self: Any, node: Any, incoming_full: torch.Tensor) -> Non
     node.swa_tombstone = False
     self.swa_lru_list.insert_mru(node)
     self.swa_evictable_size_ += len(node.value)
-
-
-def _component_transfer(
-    self: Any, allocator: Any, full_value: torch.Tensor, incoming: torch.Tensor
-) -> None:
-    rebind(full_value, incoming, free_incoming=False)
-    COUNTS["swa_page_transfer"] += 1
 
 
 def _component_recover(

@@ -95,6 +95,9 @@ class Release0516:
     spec_on_sglang = True
     #: The patches of SGLang's scheduling code this release needs (``patches``).
     scheduling_patches: tuple[str, ...] = ("swa_locked_full_recovery", "mamba_slot_full_eviction")
+    #: SGLang methods whose calls the driver counts, running them unchanged (``paths``):
+    #: (module, class, method).
+    counted_paths: tuple[tuple[str, str, str], ...] = ()
 
     def loop_class(self) -> Any:
         from sglang_scheduler.loop import Loop
@@ -181,9 +184,17 @@ class Release0523(Release0516):
     # Allocation-time eviction goes through evict_for_alloc (both call _evict directly).
     evict_entry_points: tuple[str, ...] = ("evict", "evict_for_alloc")
     sglang_runs_more_swa = True
-    # Its SWA component moves physical SWA pages between virtual ids (_transfer_swa_pages),
-    # which the drop-in refuses: done by value on both pools (patches.py).
-    scheduling_patches: tuple[str, ...] = ("swa_page_transfer",)
+    # No patch: its SWA component's page handover (_transfer_swa_pages), which the driver
+    # used to replace by value on both pools, runs as SGLang ships it on both (the drop-in
+    # serves bind and the tombstone write since); counted to show the runs reach it.
+    scheduling_patches: tuple[str, ...] = ()
+    counted_paths: tuple[tuple[str, str, str], ...] = (
+        (
+            "sglang.srt.mem_cache.unified_cache.components.swa",
+            "SWAComponent",
+            "_transfer_swa_pages",
+        ),
+    )
 
     def loop_class(self) -> Any:
         from sglang_scheduler.loop0523 import Loop0523

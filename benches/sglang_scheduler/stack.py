@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from sglang_scheduler import bootstrap, events, patches, release
+from sglang_scheduler import bootstrap, events, patches, paths, release
 from sglang_scheduler.config import Config
 
 KV_DTYPE = torch.bfloat16
@@ -367,4 +367,5 @@ def build(cfg: Config, get_last_batch: Any, get_running_batch: Any) -> Stack:
     stack.policy = SchedulePolicy("lpm", tree_cache, False, False, False)
     stack.ratio = release.current().ratio_tracker(NewTokenRatioTracker, server_args)
     patches.scheduling(stack)
+    paths.install()
     return stack

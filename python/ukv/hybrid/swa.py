@@ -172,6 +172,39 @@ class SWAHybridAllocator(SubPoolAllocator):
         )
         return res is not None
 
+    def transfer_swa_pages(self, from_pages: object, to_pages: object) -> None:
+        """Hand the SWA page of full's virtual page ``from_pages[k]`` over to
+        ``to_pages[k]``, for every ``k``: the page keeps its bytes and is read through
+        ``to_pages[k]`` from now on; ``from_pages[k]`` stays live on full with no SWA page
+        (it translates to the padding sink). No byte moves and no page is allocated or
+        freed, so the counts and capacities do not change. A radix cache that keeps a
+        prefix under old ids while a request has just written the same tokens under new
+        ones moves the window's pages to the kept ids this way (SGLang 0.5.23's SWA
+        recovery).
+
+        A later compaction moves the page as any other; an in-flight forward that wrote
+        ``from_pages[k]`` (its reported write set) keeps the page where it is until it
+        completes.
+
+        Args:
+            from_pages: shape ``[N]`` int32/int64 virtual **page** ids bound on SWA (host
+                or device; a device tensor is copied to the host, which waits for it).
+            to_pages: shape ``[N]`` virtual page ids live on full with no SWA page.
+
+        Raises:
+            InvalidIdError: a page negative, reserved or beyond the id space.
+            ArgumentError: lists of different lengths, a ``from`` page with no SWA page
+                (or queued in an open free group), a ``to`` page not live on full (or
+                queued to be freed) or already bound on SWA, or a page repeated within or
+                across the lists; wrong dtype or rank. Nothing changes then.
+        """
+        src = _convert.host_ids("from_pages", from_pages)
+        dst = _convert.host_ids("to_pages", to_pages)
+        arena, s = self._arena, self._swa
+        # Not an allocation that can fall short: the op answers True (``allocate`` settles
+        # queued frees first, so a freed id is seen as freed, and executes the row plan).
+        self._rt.allocate(lambda: arena.transfer(s, src, dst) or True, s, False)
+
     def translate_loc_from_full_to_swa(
         self, ids: torch.Tensor, *, out: torch.Tensor | None = None
     ) -> torch.Tensor:

@@ -947,7 +947,7 @@ impl Arena {
 }
 
 /// Pool `a` shared and pool `b` mutable (`a != b`).
-fn two_pools(pools: &mut [SubPool], a: usize, b: usize) -> (&SubPool, &mut SubPool) {
+pub(crate) fn two_pools(pools: &mut [SubPool], a: usize, b: usize) -> (&SubPool, &mut SubPool) {
     if a < b {
         let (lo, hi) = pools.split_at_mut(b);
         (&lo[a], &mut hi[0])

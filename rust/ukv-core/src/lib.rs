@@ -41,6 +41,7 @@ mod middle;
 mod paged;
 mod plan;
 mod subpool;
+mod transfer;
 
 pub use arena::{Arena, ArenaConfig, DEFAULT_MAX_MOVES_PER_FLUSH};
 pub use error::{Result, UkvError};

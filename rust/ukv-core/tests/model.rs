@@ -1296,6 +1296,50 @@ impl Model {
         }
     }
 
+    /// The SWA side hands the page of `from[k]` over to `to[k]` (`Arena::transfer`): checked
+    /// pair list by pair list in the arena's order, then the bindings and the write-set
+    /// reports renamed; nothing else changes.
+    fn transfer(&mut self, from: &[i64], to: &[i64]) -> Pred {
+        if !self.swa || from.len() != to.len() {
+            return Pred::err(Kind::Argument);
+        }
+        let (o, s) = (&self.pools[FULL], &self.pools[SWA]);
+        let queued = |p: &MPool, v: i64| p.group.as_ref().is_some_and(|g| g.contains(&v));
+        let in_space = |v: i64| v >= s.min_virt && v < s.num_virt;
+        let mut seen = BTreeSet::new();
+        for &v in from {
+            if !in_space(v) {
+                return Pred::err(Kind::InvalidId);
+            }
+            if !s.v2p.contains_key(&v) || queued(s, v) || !seen.insert(v) {
+                return Pred::err(Kind::Argument);
+            }
+        }
+        for &v in to {
+            if !in_space(v) {
+                return Pred::err(Kind::InvalidId);
+            }
+            let live = o.v2p.contains_key(&v) && !queued(o, v);
+            if !live || s.v2p.contains_key(&v) || !seen.insert(v) {
+                return Pred::err(Kind::Argument);
+            }
+        }
+        let s = &mut self.pools[SWA];
+        for (&f, &t) in from.iter().zip(to) {
+            let p = s.v2p.remove(&f).unwrap();
+            s.v2p.insert(t, p);
+            s.p2v.insert(p, t);
+        }
+        for (_, set) in &mut s.writes {
+            for v in set.iter_mut() {
+                if let Some(k) = from.iter().position(|f| f == v) {
+                    *v = to[k];
+                }
+            }
+        }
+        Pred::ok(1)
+    }
+
     /// Clearing an owner also clears the pool that binds its ids.
     fn clear(&mut self, i: usize) -> Pred {
         let mut pred = Pred::ok(1);
@@ -1331,6 +1375,7 @@ enum Call {
     SwaDecode(Vec<i64>, Option<Vec<i64>>),
     SwaFree(Vec<i64>),
     SwaFreeNonowner(Vec<i64>),
+    Transfer(Vec<i64>, Vec<i64>),
 }
 
 fn run_real(a: &mut Arena, call: &Call) -> Result<i64, UkvError> {
@@ -1364,6 +1409,7 @@ fn run_real(a: &mut Arena, call: &Call) -> Result<i64, UkvError> {
         Call::SwaDecode(seq, last) => b(a.swa_alloc_decode(FULL, SWA, seq, last.as_deref())),
         Call::SwaFree(t) => u(a.swa_free(FULL, SWA, t)),
         Call::SwaFreeNonowner(t) => u(a.swa_free_nonowner(FULL, SWA, t)),
+        Call::Transfer(from, to) => u(a.transfer(SWA, from, to)),
     }
 }
 
@@ -1400,6 +1446,7 @@ fn run_model_call(m: &mut Model, call: &Call) -> Pred {
         Call::SwaDecode(seq, last) => m.alloc_decode(FULL, seq, last.as_deref(), true),
         Call::SwaFree(t) => m.swa_free(t),
         Call::SwaFreeNonowner(t) => m.swa_free_nonowner(t),
+        Call::Transfer(from, to) => m.transfer(from, to),
     }
 }
 
@@ -1605,6 +1652,14 @@ impl Harness {
                 Vec::new()
             };
             self.bytes.apply(&self.arena, &bound);
+        }
+        if let (Call::Transfer(from, to), Ok(_)) = (&call, got_res) {
+            // The page keeps its bytes under its new owner.
+            for (&f, &t) in from.iter().zip(to) {
+                if let Some(marker) = self.bytes.expect.remove(&(SWA, f)) {
+                    self.bytes.expect.insert((SWA, t), marker);
+                }
+            }
         }
         self.bytes.check(&self.arena);
         got_res
@@ -1997,6 +2052,84 @@ impl Harness {
                 dup,
                 bad,
             } => self.swa_free_window(sel, part, dup, bad),
+            Op::Transfer {
+                ref pick,
+                bad,
+                declare,
+            } => self.transfer(pick, bad, declare),
+        }
+    }
+
+    /// Hand SWA pages from bound ids to live owner ids without one; `bad` breaks the call
+    /// one way or another; `declare` first reports a forward writing the `from` pages and
+    /// flushes the SWA side after the transfer, which shows whether the report followed
+    /// the page (the written page must not move).
+    fn transfer(&mut self, pick: &[u16], bad: u8, declare: Option<u8>) {
+        let (owner, swa) = (&self.model.pools[FULL], &self.model.pools[SWA]);
+        let queued = |p: &MPool, v: &i64| p.group.as_ref().is_some_and(|g| g.contains(v));
+        let bound: Vec<i64> = swa
+            .v2p
+            .keys()
+            .copied()
+            .filter(|v| !queued(swa, v))
+            .collect();
+        let free: Vec<i64> = owner
+            .v2p
+            .keys()
+            .copied()
+            .filter(|v| !swa.v2p.contains_key(v) && !queued(owner, v))
+            .collect();
+        let (mut from, mut to) = (Vec::new(), Vec::new());
+        for &k in pick {
+            if bound.is_empty() || free.is_empty() {
+                break;
+            }
+            let (f, t) = (
+                bound[k as usize % bound.len()],
+                free[k as usize / 7 % free.len()],
+            );
+            if !from.contains(&f) && !to.contains(&t) {
+                from.push(f);
+                to.push(t);
+            }
+        }
+        // A bad `from` entry goes in as an extra pair (the `from` list is checked first); a
+        // bad `to` entry replaces the last pair's (the `from` list stays good).
+        let bad_from = match bad {
+            0 => free.first().copied(),
+            1 => from.first().copied(),
+            2 => swa.group.as_ref().and_then(|g| g.first().copied()),
+            3 => Some(0),
+            _ => None,
+        };
+        let bad_to = match bad {
+            4 => bound.last().copied(),
+            5 => Some(swa.num_virt),
+            6 => from.first().copied(),
+            7 => Some(-1 - i64::from(pick[0])),
+            8 => owner.group.as_ref().and_then(|g| g.first().copied()),
+            9 => to.first().copied().filter(|_| to.len() > 1),
+            _ => None,
+        };
+        if let Some(f) = bad_from {
+            from.push(f);
+            to.push(0);
+        }
+        if let (Some(t), Some(last)) = (bad_to, to.last_mut()) {
+            *last = t;
+        }
+        if bad == 10 {
+            to.pop();
+        }
+        if let Some(token) = declare {
+            let ps = swa.ps;
+            let toks = from.iter().map(|v| v * ps).collect();
+            self.call(Call::Inflight(SWA, u64::from(token), toks))
+                .unwrap();
+        }
+        let ok = self.call(Call::Transfer(from, to)).is_ok();
+        if ok && declare.is_some() {
+            self.call(Call::Flush(Some(SWA), false)).unwrap();
         }
     }
 
@@ -2333,6 +2466,11 @@ enum Op {
         dup: u8,
         bad: u8,
     },
+    Transfer {
+        pick: Vec<u16>,
+        bad: u8,
+        declare: Option<u8>,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -2363,6 +2501,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         4 => (any::<u16>(), any::<u8>(), 0..8u8).prop_map(|(batch, part, dup)| Op::SwaFree { batch, part, dup }),
         3 => (any::<u16>(), any::<u8>(), 0..8u8, 0..8u8)
             .prop_map(|(sel, part, dup, bad)| Op::SwaFreeWindow { sel, part, dup, bad }),
+        4 => (prop::collection::vec(any::<u16>(), 1..5), 0..16u8, prop::option::of(1..5u8))
+            .prop_map(|(pick, bad, declare)| Op::Transfer { pick, bad, declare }),
     ]
 }
 
@@ -2428,9 +2568,9 @@ proptest! {
 static OPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Outcome counters, to see what the random traces exercise (printed by `zz_report`).
-static COUNTS: [std::sync::atomic::AtomicUsize; 12] =
-    [const { std::sync::atomic::AtomicUsize::new(0) }; 12];
-const COUNT_NAMES: [&str; 12] = [
+static COUNTS: [std::sync::atomic::AtomicUsize; 13] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 13];
+const COUNT_NAMES: [&str; 13] = [
     "calls",
     "allocs ok",
     "allocs not fitting",
@@ -2443,6 +2583,7 @@ const COUNT_NAMES: [&str; 12] = [
     "joint allocs not fitting",
     "calls on three-band arenas",
     "allocs that slid the middle band",
+    "transfers ok",
 ];
 
 fn count(call: &Call, res: &Result<i64, Kind>, moves: usize, kept: bool, mid: (bool, usize)) {
@@ -2465,6 +2606,7 @@ fn count(call: &Call, res: &Result<i64, Kind>, moves: usize, kept: bool, mid: (b
         joint && *res == Ok(0),
         mid.0,
         is_alloc && *res == Ok(1) && !kept && mid.1 > 0,
+        matches!(call, Call::Transfer(..)) && res.is_ok(),
     ];
     for (k, &on) in slots.iter().enumerate() {
         if on {

@@ -184,6 +184,19 @@ impl PyArena {
         self.call(|a| a.rebind(pool, from, to))
     }
 
+    /// On a dependent pool, hand the page of `from_pages[k]` over to `to_pages[k]`.
+    fn transfer(
+        &mut self,
+        pool: usize,
+        from_pages: &Bound<'_, PyAny>,
+        to_pages: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let from = ids(from_pages, "from_pages")?;
+        let to = ids(to_pages, "to_pages")?;
+        let (from, to) = (from.as_slice()?, to.as_slice()?);
+        self.call(|a| a.transfer(pool, from, to))
+    }
+
     /// Token-level extend; (tokens, token_req or None) or None when it does not fit.
     #[pyo3(signature = (pool, prefix_lens, seq_lens, last_loc=None))]
     fn alloc_extend<'py>(

@@ -29,6 +29,7 @@ from ukv.integrations.sglang.errors import (
     SGLangNotImplementedError,
     translated,
 )
+from ukv.integrations.sglang.v0523 import handover
 
 __all__ = ["FloatMultiEndedAllocator", "MultiEndedAllocator", "dcp_size", "install_move_gate"]
 
@@ -131,6 +132,8 @@ class MultiEndedAllocator(v16.MultiEndedAllocator):
         self.high_peer: MultiEndedAllocator | None = None
         self.disagg_move_gate: Callable[[], bool] | None = None
         self.host_transfer_move_gate: Callable[[], bool] | None = None
+        #: The SWA pages the last handover (:meth:`bind`) took from their holders.
+        self._handed_over: frozenset[int] = frozenset()
 
     # ----- relocations ------------------------------------------------------------------------
 
@@ -267,12 +270,32 @@ class MultiEndedAllocator(v16.MultiEndedAllocator):
         raise _refuse("take_physical_pages", "ukv binds every physical page to a virtual id")
 
     def bind(self, virtual_ids: torch.Tensor, physical_ids: torch.Tensor) -> None:
-        """Refused: the caller cannot choose physical pages (ukv's core places pages).
+        """On the SWA side: hand each physical page, held now by another live full id,
+        over to ``virtual_ids[k]`` (SGLang's SWA radix recovery, ``_transfer_swa_pages``;
+        :func:`~ukv.integrations.sglang.v0523.handover.hand_over`). The tombstone write
+        into ``virtual_to_physical`` that follows is then accepted. Refused on an owner:
+        the caller cannot choose free physical pages (ukv's core places pages).
 
         Raises:
-            SGLangNotImplementedError: always.
+            SGLangNotImplementedError: on an id owner.
+            SGLangArgumentError: see ``hand_over`` (nothing changes then).
         """
-        raise _refuse("bind", "the caller cannot choose physical pages in ukv's core")
+        if self.is_id_owner:
+            raise _refuse("bind", "the caller cannot choose physical pages in ukv's core")
+        handover.hand_over(self, virtual_ids, physical_ids)
+
+    @property
+    def virtual_to_physical(self) -> torch.Tensor:
+        """Virtual page -> physical page, read-only; right after a handover (:meth:`bind`)
+        it also takes the tombstone write onto the pages just handed over (a no-op)."""
+        table = self._sub.v2p
+        if self._handed_over:
+            return handover.table_after_handover(self, table)
+        return table
+
+    def clear_inverse_history(self) -> None:
+        """ukv keeps no relocation history; ends a handover's tombstone-write window."""
+        self._handed_over = frozenset()
 
     def set_hicache_transfer_done_event(self, transfer_key: Any, event: Any) -> None:
         """Refused: HiCache with the unified pool (see :func:`install_move_gate`).

@@ -352,23 +352,21 @@ def init_unified_mamba_swa_pools(
     fused_draft: Any = None,
 ) -> UnifiedPoolBundle:
     """The tri-pool stack: state (grow-up END), SWA (float middle: ukv's middle band),
-    full (grow-down END), SGLang 0.5.23's keywords and sizing.
+    full (grow-down END), SGLang 0.5.23's keywords and sizing. ``speculative_num_draft_
+    tokens`` and the extra buffer go to the request table as in
+    :func:`init_unified_mamba_pools` (the state pool is then SGLang's
+    ``SpeculativeState``, the per-draft verify scratch beside the unified buffer).
 
     Raises:
         SGLangConfigError: no full, SWA or state layers, or a buffer that cannot hold
             one request.
-        SGLangNotImplementedError: ``enable_memory_saver``, ``fused_draft`` or
-            ``speculative_num_draft_tokens``.
+        SGLangNotImplementedError: ``enable_memory_saver`` or ``fused_draft``.
     """
     a = SimpleNamespace(**locals())
     _need_layers("tri-pool", **{"full-attention": full_attention_layer_ids,
                                 "SWA-attention": swa_attention_layer_ids,
                                 "state": mamba_layer_ids})  # fmt: skip
-    _refuse_flags(
-        enable_memory_saver=enable_memory_saver,
-        fused_draft=fused_draft,
-        speculative_num_draft_tokens=speculative_num_draft_tokens,
-    )
+    _refuse_flags(enable_memory_saver=enable_memory_saver, fused_draft=fused_draft)
     full, swa = _kv_pair(a, "float")
     state = _state_spec(a)
     if unified_total_bytes is None:
