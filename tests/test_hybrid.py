@@ -12,28 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from pool_builders import swa_hybrid
 
 import ukv
 from ukv.errors import ArgumentError, InvalidIdError, PoolConfigError
 
 
 def _swa(device: str, full_layers=4, swa_layers=2, ps=1, pages=(32, 16), lazy=False, **kw):
-    full = ukv.MHASpec("full", full_layers, 2, 4, torch.float16, grow="up")
-    swa = ukv.MHASpec("swa", swa_layers, 2, 4, torch.float16, grow="down")
-    total = pages[0] * full.page_bytes(ps) + pages[1] * swa.page_bytes(ps)
-    total += ukv.specs.reserved_floor([full, swa], ps)
-    hp = ukv.build_swa_hybrid(
-        full,
-        swa,
-        window=8,
-        total_bytes=total,
-        max_context_len=ps,
-        page_size=ps,
-        device=device,
-        lazy=lazy,
-        **kw,
-    )
-    return hp.pool, hp.allocator
+    return swa_hybrid(device, full_layers=full_layers, swa_layers=swa_layers, ps=ps,
+                      pages=pages, lazy=lazy, **kw)  # fmt: skip
 
 
 def _sides(pool):

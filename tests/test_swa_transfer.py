@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from pool_builders import swa_hybrid
 
 import ukv
 from ukv.errors import ArgumentError, InvalidIdError
@@ -16,21 +17,8 @@ H, D = 2, 4
 
 
 def _swa(device: str, ps: int = 1, lazy: bool = False):
-    full = ukv.MHASpec("full", 2, H, D, torch.float32, grow="up")
-    swa = ukv.MHASpec("swa", 2, H, D, torch.float32, grow="down")
-    total = 32 * full.page_bytes(ps) + 16 * swa.page_bytes(ps)
-    total += ukv.specs.reserved_floor([full, swa], ps)
-    hp = ukv.build_swa_hybrid(
-        full,
-        swa,
-        window=8,
-        total_bytes=total,
-        max_context_len=ps,
-        page_size=ps,
-        device=device,
-        lazy=lazy,
-    )
-    return hp.pool, hp.allocator
+    return swa_hybrid(device, full_layers=2, heads=H, head_dim=D, dtype=torch.float32,
+                      ps=ps, lazy=lazy)  # fmt: skip
 
 
 def _dev(pool: ukv.UnifiedKVPool, ids: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from dropin_builders import DEV, swa_bundle
+from pool_builders import swa_hybrid
 from standins import StandInEvent
 
 import ukv
@@ -27,21 +28,7 @@ from ukv.integrations.sglang.v0523 import factories as F0523
 
 
 def _hybrid(device: str, ps: int, lazy: bool) -> tuple[ukv.UnifiedKVPool, Any]:
-    full = ukv.MHASpec("full", 2, 2, 4, torch.float16, grow="up")
-    swa = ukv.MHASpec("swa", 1, 2, 4, torch.float16, grow="down")
-    total = 32 * full.page_bytes(ps) + 24 * swa.page_bytes(ps)
-    total += ukv.specs.reserved_floor([full, swa], ps)
-    hp = ukv.build_swa_hybrid(
-        full,
-        swa,
-        window=8,
-        total_bytes=total,
-        max_context_len=ps,
-        page_size=ps,
-        device=device,
-        lazy=lazy,
-    )
-    return hp.pool, hp.allocator
+    return swa_hybrid(device, full_layers=2, swa_layers=1, ps=ps, pages=(32, 24), lazy=lazy)
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
