@@ -47,6 +47,19 @@ impl PyArena {
         self.settle(caught)
     }
 
+    /// [`Self::call`] over two id lists, `from_pages` and `to_pages`, converted first.
+    fn call_pairs<T>(
+        &mut self,
+        from_pages: &Bound<'_, PyAny>,
+        to_pages: &Bound<'_, PyAny>,
+        f: impl FnOnce(&mut Arena, &[i64], &[i64]) -> ukv_core::Result<T>,
+    ) -> PyResult<T> {
+        let from = ids(from_pages, "from_pages")?;
+        let to = ids(to_pages, "to_pages")?;
+        let (from, to) = (from.as_slice()?, to.as_slice()?);
+        self.call(|a| f(a, from, to))
+    }
+
     fn usable(&self) -> PyResult<()> {
         match self.poisoned.get() {
             Some(why) => Err(raise(
@@ -178,10 +191,7 @@ impl PyArena {
         from_pages: &Bound<'_, PyAny>,
         to_pages: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let from = ids(from_pages, "from_pages")?;
-        let to = ids(to_pages, "to_pages")?;
-        let (from, to) = (from.as_slice()?, to.as_slice()?);
-        self.call(|a| a.rebind(pool, from, to))
+        self.call_pairs(from_pages, to_pages, |a, from, to| a.rebind(pool, from, to))
     }
 
     /// On a dependent pool, hand the page of `from_pages[k]` over to `to_pages[k]`.
@@ -191,10 +201,9 @@ impl PyArena {
         from_pages: &Bound<'_, PyAny>,
         to_pages: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let from = ids(from_pages, "from_pages")?;
-        let to = ids(to_pages, "to_pages")?;
-        let (from, to) = (from.as_slice()?, to.as_slice()?);
-        self.call(|a| a.transfer(pool, from, to))
+        self.call_pairs(from_pages, to_pages, |a, from, to| {
+            a.transfer(pool, from, to)
+        })
     }
 
     /// Token-level extend; (tokens, token_req or None) or None when it does not fit.
