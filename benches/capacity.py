@@ -588,13 +588,18 @@ def _c(x: dict | None, pct: bool = False) -> str:
 
 
 def _verdict(x: dict | None) -> str:
+    """``wins`` / ``LOSES`` / ``ties`` from the interval as :func:`_c` prints it (two
+    decimals): wins when its printed low end is above 1.00, loses when its printed high end
+    is below 1.00, else a tie (the printed interval includes 1.00). One seed (no interval):
+    the printed mean against 1.00, equal is a tie."""
     if x is None:
         return "n/a"
-    if x["lo"] is not None and x["lo"] > 1.0:
+    lo, hi = (x["lo"], x["hi"]) if x["lo"] is not None else (x["mean"], x["mean"])
+    if round(lo, 2) > 1.0:
         return "wins"
-    if x["hi"] is not None and x["hi"] < 1.0:
+    if round(hi, 2) < 1.0:
         return "LOSES"
-    return "ties" if x["lo"] is not None else ("wins" if x["mean"] > 1 else "LOSES")
+    return "ties"
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
@@ -678,7 +683,8 @@ def _headline(main: list[dict]) -> list[str]:
         "A split that rejects requests (they do not fit its full-attention side even "
         "alone) served other work, so that seed has no ratio.",
         "",
-        "Rows where ukv ties or loses (95% interval includes or is below 1):",
+        "Rows where ukv ties or loses (the 95% interval as printed includes 1.00, or is "
+        "below it):",
         "",
     ]
     out += [f"- {x}" for x in ties] if ties else ["- none"]

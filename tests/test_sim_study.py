@@ -36,6 +36,31 @@ def test_confidence_interval_is_students_t():
     assert cap._verdict({"mean": 0.9, "lo": 0.85, "hi": 0.95}) == "LOSES"
 
 
+@pytest.mark.parametrize(
+    "x, verdict",
+    [
+        # gpt-oss / long in the 3-seed study: printed "1.00 [1.00, 1.00]" next to LOSES.
+        ({"mean": 0.9985, "lo": 0.9971, "hi": 0.9996, "n": 3}, "ties"),
+        ({"mean": 1.0021, "lo": 1.0011, "hi": 1.0031, "n": 3}, "ties"),
+        ({"mean": 1.23, "lo": 1.0004, "hi": 1.46, "n": 3}, "ties"),  # prints [1.00, 1.46]
+        ({"mean": 1.02, "lo": 1.006, "hi": 1.03, "n": 3}, "wins"),  # prints [1.01, 1.03]
+        ({"mean": 0.98, "lo": 0.97, "hi": 0.994, "n": 3}, "LOSES"),  # prints [0.97, 0.99]
+        ({"mean": 1.004, "lo": None, "hi": None, "n": 1}, "ties"),
+        ({"mean": 0.98, "lo": None, "hi": None, "n": 1}, "LOSES"),
+        (None, "n/a"),
+    ],
+)
+def test_verdict_follows_the_printed_interval(x, verdict):
+    """A verdict never contradicts the interval printed beside it: a tie whenever the
+    printed interval includes 1.00."""
+    cap = _load()
+    assert cap._verdict(x) == verdict
+    if x is not None and x["lo"] is not None:
+        shown = cap._c(x)
+        lo, hi = (float(v) for v in shown.split("[")[1].rstrip("]").split(", "))
+        assert (verdict == "ties") == (lo <= 1.0 <= hi), shown
+
+
 @pytest.mark.skipif(not (_load().DATA / "mooncake").is_dir(), reason="needs the shared real traces")
 def test_quick_study_runs_end_to_end(tmp_path):
     cap = _load()
