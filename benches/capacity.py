@@ -683,8 +683,7 @@ def _headline(main: list[dict]) -> list[str]:
         "A split that rejects requests (they do not fit its full-attention side even "
         "alone) served other work, so that seed has no ratio.",
         "",
-        "Rows where ukv ties or loses (the 95% interval as printed includes 1.00, or is "
-        "below it):",
+        "Rows where ukv ties or loses (the 95% interval as printed includes 1.00, or is below it):",
         "",
     ]
     out += [f"- {x}" for x in ties] if ties else ["- none"]
