@@ -2,8 +2,8 @@
 real and generated traces, with prefix caching as each engine does it, over memory sizes,
 arrival rates and seeds.
 
-    PYTHONPATH=python python3 benches/capacity.py --clock fixed --jobs 2
-    PYTHONPATH=python python3 benches/capacity.py --clock measured --jobs 2   # needs the GPU JSON
+    PYTHONPATH=python python3 benches/capacity.py --clock measured --jobs 2   # the study
+    PYTHONPATH=python python3 benches/capacity.py --clock fixed --jobs 2      # 25 ms a step
 
 writes ``capacity-<clock>.json`` (every cell: each layout's summary, the ratios, the oracle
 sweeps) and ``capacity-<clock>.md`` (the tables, with 95% confidence intervals over the
@@ -615,9 +615,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         + _constants_line(clk)
         + (
             " Every step costs the same 25 ms whatever it reads or computes: a pure capacity "
-            "model that over-states gains. The measured-clock rerun is pending the GPU "
-            "constants (`benches/results/step-clock-<card>.json`); docs/SIMULATOR.md says "
-            "how to make it."
+            "model that over-states gains (the study's clock is `--clock measured`, "
+            "docs/SIMULATOR.md)."
             if fixed
             else ""
         ),
