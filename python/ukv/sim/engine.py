@@ -520,18 +520,21 @@ class _State:
 
     def _prefill(self, now: float) -> None:
         budget = CHUNK
-        for r in list(self.run):
+        pending: list[int] = []
+        if self.run:  # the running requests still prefilling, in admission order
+            run = np.asarray(self.run, dtype=np.int64)
+            pending = run[self.target[run] > self.computed[run]].tolist()
+        for r in pending:
             if budget == 0:
                 return
             left = int(self.target[r] - self.computed[r])
-            if left > 0:
-                got = self._chunk(r, min(left, budget))
-                if got == 0:
-                    self._unstick(r)
-                    return
-                budget -= got
-                if self.computed[r] < self.target[r]:
-                    return  # still prefilling: it keeps the rest of the budget next step
+            got = self._chunk(r, min(left, budget))
+            if got == 0:
+                self._unstick(r)
+                return
+            budget -= got
+            if self.computed[r] < self.target[r]:
+                return  # still prefilling: it keeps the rest of the budget next step
         reserve = self._reserve()
         while budget > 0 and self.queue:
             if self.cap is not None and len(self.run) >= self.cap:
