@@ -5,6 +5,7 @@ where they are absent)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -200,3 +201,24 @@ def test_missing_clock_constants_stop_the_study_before_any_work(tmp_path, capsys
     assert cap.main(argv) == 2
     assert "measure_step_clock.py" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_merge_replaces_a_rerun_models_cells_only():
+    """``--merge``: a later run's models replace theirs; every other row is unchanged."""
+    cap = _load()
+    path = cap.ROOT / "benches" / "results" / "capacity-measured.json"
+    if not path.exists():
+        pytest.skip("no committed study")
+    base = json.loads(path.read_text())
+    assert cap.merge([base, base])["rows"] == base["rows"]
+    model = base["cells"][-1]["model"]
+    rerun = copy.deepcopy(base)
+    rerun["cells"] = [c for c in rerun["cells"] if c["model"] == model]
+    for c in rerun["cells"]:
+        c["ratios"] = {k: (None if v is None else v * 2) for k, v in c["ratios"].items()}
+    out = cap.merge([base, rerun])
+    assert [m["models"] for m in out["meta"]["merged"]][1] == [model]
+    assert model not in out["meta"]["merged"][0]["models"]
+    for new, old in zip(out["rows"], base["rows"]):
+        assert (new == old) == (new["model"] != model), (new["model"], new["trace"])
+    assert "Merged from runs" in cap.markdown(out["meta"], out["rows"])
