@@ -2,8 +2,8 @@
 real and generated traces, with prefix caching as each engine does it, over memory sizes,
 arrival rates and seeds.
 
-    PYTHONPATH=python python3 benches/capacity.py --clock fixed --jobs 2
-    PYTHONPATH=python python3 benches/capacity.py --clock measured --jobs 2   # needs the GPU JSON
+    PYTHONPATH=python python3 benches/capacity.py --clock measured --jobs 2   # the study
+    PYTHONPATH=python python3 benches/capacity.py --clock fixed --jobs 2      # 25 ms a step
 
 writes ``capacity-<clock>.json`` (every cell: each layout's summary, the ratios, the oracle
 sweeps) and ``capacity-<clock>.md`` (the tables, with 95% confidence intervals over the
@@ -500,8 +500,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a tiny run (the test's smoke run)")
     p.add_argument("--markdown-only", metavar="JSON",
                    help="rewrite the markdown of an existing capacity-*.json (no runs)")  # fmt: skip
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="merge runs (no runs): each later file's models replace those models' "
+                   "cells in the earlier ones; writes --merge-out (.json and .md)")  # fmt: skip
+    p.add_argument("--merge-out", metavar="JSON", help="where --merge writes")
     a = p.parse_args(argv)
     a.argv = list(sys.argv[1:] if argv is None else argv)
+    if a.merge:
+        if not a.merge_out:
+            p.error("--merge needs --merge-out")
+        data = merge([json.loads(Path(f).read_text()) for f in a.merge])
+        dst = Path(a.merge_out)
+        dst.write_text(json.dumps(data, indent=1) + "\n")
+        dst.with_suffix(".md").write_text(markdown(data["meta"], data["rows"]))
+        return 0
     if a.markdown_only:
         src = Path(a.markdown_only)
         data = json.loads(src.read_text())
@@ -559,6 +571,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def merge(runs: list[dict]) -> dict:
+    """Runs of the same plan and seeds as one: every cell of a later run's models replaces
+    those models' cells of the earlier runs (a model rerun after a fix that touched only
+    it). The meta is the first run's, with each run's command, date, version and models in
+    ``merged``, and the capacity probes merged the same way."""
+    base = runs[0]["meta"]
+    for r in runs[1:]:
+        m = r["meta"]
+        if m["seeds"] != base["seeds"] or m["clock"] != base["clock"]:
+            raise SystemExit("capacity.py --merge: the runs differ in seeds or clock")
+    cells: dict[tuple, dict] = {}
+    caps: dict[str, float] = {}
+    merged = []
+    origin: dict[int, int] = {}  # id(cell) -> the run it comes from
+    for i, r in enumerate(runs):
+        mods = sorted({c["model"] for c in r["cells"]})
+        cells = {k: v for k, v in cells.items() if k[1] not in mods}
+        for c in r["cells"]:
+            cells[
+                (c["section"], c["model"], c["trace"], c["memory"], str(c["load"]), c["seed"])
+            ] = c
+            origin[id(c)] = i
+        caps = {k: v for k, v in caps.items() if k.split(" / ")[0] not in mods}
+        caps.update(r["meta"].get("capacity_req_s", {}))
+        m = r["meta"]
+        merged.append({"command": m["command"], "date_utc": m["date_utc"], "versions":
+                       m["versions"], "wall_s": m["wall_s"], "models": mods})  # fmt: skip
+    order = models.preset_names()
+    plan = list(PLAN)
+    keep = sorted(cells.values(), key=lambda c: (
+        plan.index(c["section"]), order.index(c["model"]) if c["model"] in order else 99,
+        list(TRACES).index(c["trace"]), parse_bytes(c["memory"]), str(c["load"]), c["seed"]))  # fmt: skip
+    objs = []
+    for c in keep:
+        out = {k: v for k, v in c.items() if k not in ("section", "model", "trace", "memory",
+                                                        "load", "seed")}  # fmt: skip
+        objs.append(Cell(c["section"], c["model"], c["trace"], c["memory"], c["load"],
+                         c["seed"], tuple(c["layouts"]), None, out=out))  # fmt: skip
+    for i, m in enumerate(merged):  # the models each run still gives
+        m["models"] = sorted({c["model"] for c in keep if origin[id(c)] == i})
+    meta = dict(base)
+    meta["merged"] = [m for m in merged if m["models"]]
+    meta["capacity_req_s"] = dict(sorted(caps.items()))
+    meta["wall_s"] = round(sum(m["wall_s"] for m in merged), 1)
+    return {"meta": meta, "rows": aggregate(objs), "cells": keep}
+
+
 # ----- markdown ---------------------------------------------------------------------------------
 
 
@@ -588,13 +647,18 @@ def _c(x: dict | None, pct: bool = False) -> str:
 
 
 def _verdict(x: dict | None) -> str:
+    """``wins`` / ``LOSES`` / ``ties`` from the interval as :func:`_c` prints it (two
+    decimals): wins when its printed low end is above 1.00, loses when its printed high end
+    is below 1.00, else a tie (the printed interval includes 1.00). One seed (no interval):
+    the printed mean against 1.00, equal is a tie."""
     if x is None:
         return "n/a"
-    if x["lo"] is not None and x["lo"] > 1.0:
+    lo, hi = (x["lo"], x["hi"]) if x["lo"] is not None else (x["mean"], x["mean"])
+    if round(lo, 2) > 1.0:
         return "wins"
-    if x["hi"] is not None and x["hi"] < 1.0:
+    if round(hi, 2) < 1.0:
         return "LOSES"
-    return "ties" if x["lo"] is not None else ("wins" if x["mean"] > 1 else "LOSES")
+    return "ties"
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
@@ -603,16 +667,30 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [
         f"# Capacity: ukv against the layouts engines run ({clk['name']} clock)",
         "",
-        f"Command: `{meta['command']}`  ",
-        f"Date: {meta['date_utc']} UTC; machine: {meta['machine']}; {meta['versions']}; "
-        f"wall {meta['wall_s']:.0f} s.  ",
+        *(
+            [
+                f"Command: `{meta['command']}`  ",
+                f"Date: {meta['date_utc']} UTC; machine: {meta['machine']}; {meta['versions']}; "
+                f"wall {meta['wall_s']:.0f} s.  ",
+            ]
+            if not meta.get("merged")
+            else [
+                "Merged from runs on one machine "
+                f"({meta['machine']}); each later run's models replace theirs in the "
+                "earlier:  "
+            ]
+            + [
+                f"- `{m['command']}` ({m['date_utc']} UTC; {m['versions']}; wall "
+                f"{m['wall_s']:.0f} s): {', '.join(m['models'])}  "
+                for m in meta["merged"]
+            ]
+        ),
         f"Clock: **{clk['source']}**."
         + _constants_line(clk)
         + (
             " Every step costs the same 25 ms whatever it reads or computes: a pure capacity "
-            "model that over-states gains. The measured-clock rerun is pending the GPU "
-            "constants (`benches/results/step-clock-<card>.json`); docs/SIMULATOR.md says "
-            "how to make it."
+            "model that over-states gains (the study's clock is `--clock measured`, "
+            "docs/SIMULATOR.md)."
             if fixed
             else ""
         ),
@@ -678,7 +756,7 @@ def _headline(main: list[dict]) -> list[str]:
         "A split that rejects requests (they do not fit its full-attention side even "
         "alone) served other work, so that seed has no ratio.",
         "",
-        "Rows where ukv ties or loses (95% interval includes or is below 1):",
+        "Rows where ukv ties or loses (the 95% interval as printed includes 1.00, or is below it):",
         "",
     ]
     out += [f"- {x}" for x in ties] if ties else ["- none"]

@@ -127,12 +127,46 @@ QUICK = {
 # ----- timing --------------------------------------------------------------------------------
 
 
-def timed(fn: Callable[[], object], device: str, repeat: int, warmup: int) -> float:
-    """Median seconds of one call of ``fn`` (device-synchronised on CUDA)."""
+TIMING = {"mode": "graph"}
+"""How :func:`timed` times on CUDA: ``"graph"`` (the default) or ``"eager"`` (``--timing``)."""
+GRAPH_INNER = 10
+"""Graph replays between one pair of events (their launches overlap the work)."""
+TIMED_WITH: dict[str, str] = {}
+"""Per family, how its points were timed (``graph``, or ``eager`` where capture failed)."""
+
+
+def timed(
+    fn: Callable[[], object],
+    device: str,
+    repeat: int,
+    warmup: int,
+    family: str = "",
+    eager: bool = False,
+) -> float:
+    """Median seconds of one call of ``fn``.
+
+    On CUDA, by default ``fn`` is captured once in a CUDA graph and the graph replayed
+    ``GRAPH_INNER`` times between two events: what a decode step runs (engines replay
+    graphs), with the host's launch cost out of the window. Timed eagerly instead (the
+    only way before 2026-12-06, and the fallback where capture fails), every repeat starts
+    on an idle GPU after a synchronise, so the window also holds the host's time to launch
+    ``fn``'s kernels (for the Triton decode attention, a device sync and six launches:
+    the ~220 µs intercept of step-clock-h100.json, docs/SIMULATOR.md). ``eager``: always
+    eagerly (the launch measurement)."""
     for _ in range(warmup):
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
+        if TIMING["mode"] == "graph" and not eager:
+            try:
+                got = _timed_graph(fn, repeat)
+                TIMED_WITH.setdefault(family, "graph")
+                return got
+            except Exception:  # not capturable: eager, and the JSON says so
+                torch.cuda.synchronize()
+                TIMED_WITH[family] = "eager (capture failed)"
+        elif family:
+            TIMED_WITH.setdefault(family, "eager")
         times = []
         for _ in range(repeat):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -142,11 +176,38 @@ def timed(fn: Callable[[], object], device: str, repeat: int, warmup: int) -> fl
             b.synchronize()
             times.append(a.elapsed_time(b) / 1e3)
         return statistics.median(times)
+    if family:
+        TIMED_WITH.setdefault(family, "wall clock")
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _timed_graph(fn: Callable[[], object], repeat: int) -> float:
+    """Median seconds of one replay of ``fn`` captured as a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # capture wants its warm-up on a side stream
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(GRAPH_INNER):
+            g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / GRAPH_INNER)
+    del g
     return statistics.median(times)
 
 
@@ -236,14 +297,18 @@ if HAVE_TRITON:
         tl.store(y_ptr + (b * H + h) * P + offs_p, y.to(y_ptr.dtype.element_ty), mask=pmask)
 
 
-def paged_decode_triton(q, k_cache, v_cache, table, lens, out, page: int) -> None:
+def paged_decode_triton(
+    q, k_cache, v_cache, table, lens, out, page: int, ctx: int | None = None
+) -> None:
     """Launch :func:`paged_decode_kernel` and reduce its splits: ``q``/``out`` ``[B, Hq, D]``,
     caches ``[pages * page, Hkv, D]``, ``table`` ``[B, max_pages]`` int32, ``lens`` ``[B]``
-    (equal lengths in this bench). Splits: enough programs for two per SM."""
+    (equal lengths in this bench). Splits: enough programs for two per SM. ``ctx``: the
+    longest length, known to the caller as an engine knows it (None: read from ``lens``,
+    a device sync, which a timed or captured call must not have)."""
     bsz, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
-    ctx = int(lens.max())
+    ctx = int(lens.max()) if ctx is None else int(ctx)
     n_pages = -(-ctx // page)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
     want = max(1, -(-2 * sms // (bsz * hkv)))
@@ -261,11 +326,13 @@ def paged_decode_triton(q, k_cache, v_cache, table, lens, out, page: int) -> Non
     out.copy_((w[..., None] * mid_o).sum(2).to(out.dtype))
 
 
-def paged_decode_torch(q, k_cache, v_cache, table, lens, out, page: int) -> None:
+def paged_decode_torch(
+    q, k_cache, v_cache, table, lens, out, page: int, ctx: int | None = None
+) -> None:
     """The torch reference: gather every request's pages, then attention (equal lengths)."""
     bsz, hq, d = q.shape
     hkv = k_cache.shape[1]
-    ctx = int(lens[0])
+    ctx = int(lens[0]) if ctx is None else int(ctx)
     npg = -(-ctx // page)
     rows = table[:, :npg].long()[:, :, None] * page + torch.arange(page, device=q.device)
     rows = rows.reshape(bsz, -1)[:, :ctx]
@@ -313,7 +380,7 @@ def measure_copy(cfg: dict, dev: str) -> list[dict]:
     for nbytes in cfg["copy_bytes"]:
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
-        s = timed(functools.partial(dst.copy_, src), dev, cfg["repeat"], cfg["warmup"])
+        s = timed(functools.partial(dst.copy_, src), dev, cfg["repeat"], cfg["warmup"], "copy")
         out.append({"bytes": 2 * nbytes, "s": s})
         del src, dst
     return out
@@ -325,7 +392,8 @@ def measure_matmul(cfg: dict, dev: str) -> list[dict]:
         w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         for m in cfg["matmul_m"]:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            s = timed(functools.partial(torch.matmul, x, w), dev, cfg["repeat"], cfg["warmup"])
+            mm = functools.partial(torch.matmul, x, w)
+            s = timed(mm, dev, cfg["repeat"], cfg["warmup"], "matmul")
             out.append({"m": m, "k": k, "n": n, "s": s})
     return out
 
@@ -355,8 +423,8 @@ def measure_decode_attention(cfg: dict, dev: str, impl: str) -> list[dict]:
             if bsz * ctx > cfg["attn_max_tokens"]:
                 continue
             q, kc, vc, table, lens, o = attn_inputs(cfg, bsz, ctx, dev)
-            call = functools.partial(fn, q, kc, vc, table, lens, o, a["page"])
-            s = timed(call, dev, cfg["repeat"], cfg["warmup"])
+            call = functools.partial(fn, q, kc, vc, table, lens, o, a["page"], ctx)
+            s = timed(call, dev, cfg["repeat"], cfg["warmup"], "decode_attention")
             kv_bytes = 2 * bsz * ctx * a["kv_heads"] * a["head_dim"] * 2
             out.append({"batch": bsz, "context": ctx, "bytes": kv_bytes, "s": s, **a})
             del q, kc, vc, table, lens, o
@@ -375,7 +443,7 @@ def measure_prefill_attention(cfg: dict, dev: str) -> list[dict]:
         sdpa = functools.partial(
             torch.nn.functional.scaled_dot_product_attention, q, k, v, is_causal=True
         )
-        s = timed(sdpa, dev, cfg["repeat"], cfg["warmup"])
+        s = timed(sdpa, dev, cfg["repeat"], cfg["warmup"], "prefill_attention")
         flops = 4.0 * hq * d * length * length / 2.0
         out.append({"tokens": length, "q_heads": hq, "head_dim": d, "flops": flops, "s": s})
     return out
@@ -401,7 +469,7 @@ def measure_state_update(cfg: dict, dev: str, impl: str) -> list[dict]:
     out = []
     for bsz in cfg["state_batch"]:
         args = state_inputs(cfg, bsz, dev)
-        s = timed(functools.partial(fn, *args), dev, cfg["repeat"], cfg["warmup"])
+        s = timed(functools.partial(fn, *args), dev, cfg["repeat"], cfg["warmup"], "state_update")
         state_bytes = bsz * st["heads"] * st["head_dim"] * st["d_state"] * 4
         out.append({"batch": bsz, "bytes": 2 * state_bytes, "s": s, **st})
         del args
@@ -416,7 +484,7 @@ def measure_launch(cfg: dict, dev: str) -> dict:
         for _ in range(n):
             x.add_(1)
 
-    eager = timed(burst, dev, max(3, cfg["repeat"] // 4), 1) / n
+    eager = timed(burst, dev, max(3, cfg["repeat"] // 4), 1, eager=True) / n
     graph = eager
     if dev == "cuda":
         g = torch.cuda.CUDAGraph()
@@ -427,7 +495,7 @@ def measure_launch(cfg: dict, dev: str) -> dict:
         torch.cuda.current_stream().wait_stream(stream)
         with torch.cuda.graph(g):
             burst()
-        graph = timed(g.replay, dev, max(3, cfg["repeat"] // 4), 1) / n
+        graph = timed(g.replay, dev, max(3, cfg["repeat"] // 4), 1, eager=True) / n
     return {"eager_s": eager, "graph_s": graph, "kernels": n}
 
 
@@ -506,6 +574,8 @@ def run(device: str, quick: bool, impl: str | None, argv: list[str]) -> dict:
             "command": "python " + " ".join(["benches/measure_step_clock.py", *argv]),
             "quick": quick,
             "impl": impls,
+            "timing": dict(TIMED_WITH),
+            "graph_replays_per_event_pair": GRAPH_INNER,
             "shapes": {k: v for k, v in cfg.items() if k not in ("repeat", "warmup")},
             "repeat": cfg["repeat"],
             "warmup": cfg["warmup"],
@@ -531,7 +601,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="decode-attention and state-update kernels (default: triton on "
                    "CUDA, torch on CPU)")  # fmt: skip
     p.add_argument("--out", default=simclock.STEP_CLOCK_JSON)
+    p.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                   help="CUDA: replay each call from a CUDA graph (default), or time it "
+                   "eagerly, host launch cost included (how step-clock-h100.json of "
+                   "2026-12-05 was timed)")  # fmt: skip
     a = p.parse_args(argv)
+    TIMING["mode"] = a.timing
     data = run(a.device, a.quick, a.impl, argv)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from ukv import models
 from ukv.cli import main
@@ -177,6 +178,31 @@ def test_measure_script_runs_on_cpu_and_feeds_the_clock(tmp_path):
         assert stored == pytest.approx(again)
     c = clock.make_clock("measured", QWEN, out)
     assert c.step_time(np.full(4, 1000), [(0, 512)]) > 0
+    # How each family was timed is recorded (CUDA: graph replays; here the wall clock).
+    assert data["meta"]["timing"]["decode_attention"] == "wall clock"
+
+
+def test_decode_attention_takes_its_length_from_the_caller():
+    """The timed call must not read the lengths back from the device (a sync inside the
+    timed window, part of the ~220 µs intercept of step-clock-h100.json): given ``ctx``,
+    both implementations never look at ``lens`` on the host, and compute the same."""
+    script = _load_script()
+    cfg = script.QUICK
+    q, kc, vc, table, lens, o1 = script.attn_inputs(cfg, 2, 200, "cpu", seed=3)
+    o2 = torch.empty_like(o1)
+    script.paged_decode_torch(q, kc, vc, table, lens, o1, cfg["attn"]["page"])
+
+    class NoHostRead(torch.Tensor):
+        def __int__(self):
+            raise AssertionError("read the lengths on the host")
+
+        def __index__(self):
+            raise AssertionError("read the lengths on the host")
+
+    script.paged_decode_torch(
+        q, kc, vc, table, lens.as_subclass(NoHostRead), o2, cfg["attn"]["page"], ctx=200
+    )
+    assert torch.equal(o1, o2)
 
 
 def test_triton_kernels_match_the_torch_references():

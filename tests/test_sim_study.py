@@ -5,6 +5,7 @@ where they are absent)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -34,6 +35,31 @@ def test_confidence_interval_is_students_t():
     assert cap._verdict({"mean": 1.2, "lo": 1.05, "hi": 1.3}) == "wins"
     assert cap._verdict({"mean": 1.02, "lo": 0.98, "hi": 1.06}) == "ties"
     assert cap._verdict({"mean": 0.9, "lo": 0.85, "hi": 0.95}) == "LOSES"
+
+
+@pytest.mark.parametrize(
+    "x, verdict",
+    [
+        # gpt-oss / long in the 3-seed study: printed "1.00 [1.00, 1.00]" next to LOSES.
+        ({"mean": 0.9985, "lo": 0.9971, "hi": 0.9996, "n": 3}, "ties"),
+        ({"mean": 1.0021, "lo": 1.0011, "hi": 1.0031, "n": 3}, "ties"),
+        ({"mean": 1.23, "lo": 1.0004, "hi": 1.46, "n": 3}, "ties"),  # prints [1.00, 1.46]
+        ({"mean": 1.02, "lo": 1.006, "hi": 1.03, "n": 3}, "wins"),  # prints [1.01, 1.03]
+        ({"mean": 0.98, "lo": 0.97, "hi": 0.994, "n": 3}, "LOSES"),  # prints [0.97, 0.99]
+        ({"mean": 1.004, "lo": None, "hi": None, "n": 1}, "ties"),
+        ({"mean": 0.98, "lo": None, "hi": None, "n": 1}, "LOSES"),
+        (None, "n/a"),
+    ],
+)
+def test_verdict_follows_the_printed_interval(x, verdict):
+    """A verdict never contradicts the interval printed beside it: a tie whenever the
+    printed interval includes 1.00."""
+    cap = _load()
+    assert cap._verdict(x) == verdict
+    if x is not None and x["lo"] is not None:
+        shown = cap._c(x)
+        lo, hi = (float(v) for v in shown.split("[")[1].rstrip("]").split(", "))
+        assert (verdict == "ties") == (lo <= 1.0 <= hi), shown
 
 
 @pytest.mark.skipif(not (_load().DATA / "mooncake").is_dir(), reason="needs the shared real traces")
@@ -175,3 +201,24 @@ def test_missing_clock_constants_stop_the_study_before_any_work(tmp_path, capsys
     assert cap.main(argv) == 2
     assert "measure_step_clock.py" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_merge_replaces_a_rerun_models_cells_only():
+    """``--merge``: a later run's models replace theirs; every other row is unchanged."""
+    cap = _load()
+    path = cap.ROOT / "benches" / "results" / "capacity-measured.json"
+    if not path.exists():
+        pytest.skip("no committed study")
+    base = json.loads(path.read_text())
+    assert cap.merge([base, base])["rows"] == base["rows"]
+    model = base["cells"][-1]["model"]
+    rerun = copy.deepcopy(base)
+    rerun["cells"] = [c for c in rerun["cells"] if c["model"] == model]
+    for c in rerun["cells"]:
+        c["ratios"] = {k: (None if v is None else v * 2) for k, v in c["ratios"].items()}
+    out = cap.merge([base, rerun])
+    assert [m["models"] for m in out["meta"]["merged"]][1] == [model]
+    assert model not in out["meta"]["merged"][0]["models"]
+    for new, old in zip(out["rows"], base["rows"]):
+        assert (new == old) == (new["model"] != model), (new["model"], new["trace"])
+    assert "Merged from runs" in cap.markdown(out["meta"], out["rows"])

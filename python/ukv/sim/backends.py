@@ -172,6 +172,15 @@ class Backend:
         """A checkpoint's size: states, or SWA pages."""
         raise NotImplementedError
 
+    def ckpt_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        """A window checkpoint cut after its first (oldest) ``k`` SWA pages (page-count
+        handles; :class:`UnifiedBackend` overrides for its page ids)."""
+        return k, int(handle) - k
+
+    def ckpt_merge(self, a: Any, b: Any) -> Any:
+        """Two window checkpoint handles as one (``a`` the older pages)."""
+        return int(a) + int(b)
+
 
 # ----- static budgets ---------------------------------------------------------------------
 
@@ -811,6 +820,12 @@ class UnifiedBackend(Backend):
 
     def ckpt_units(self, handle: Any) -> int:
         return int(handle.size)
+
+    def ckpt_split(self, handle: Any, k: int) -> tuple[Any, Any]:
+        return handle[:k], handle[k:]
+
+    def ckpt_merge(self, a: Any, b: Any) -> Any:
+        return np.concatenate([a, b])
 
 
 def _parts(ids: np.ndarray, need: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ukv.sim.backends import Backend
+from ukv.sim.backends import Backend, pages, window_pages
 from ukv.sim.clock import Clock, FixedClock
 from ukv.sim.prefix import RadixCache
 from ukv.sim.traces import Trace
@@ -232,6 +232,9 @@ def simulate(
     )
 
 
+_NEVER = np.iinfo(np.int64).max
+
+
 class _State:
     """Per-request numpy bookkeeping of one run.
 
@@ -274,6 +277,13 @@ class _State:
         self.ckpt = None
         if cache is not None and cache.needs_ckpt:
             self.ckpt = "window" if getattr(backend, "kind", "") == "swa" else "copy"
+        # SWA: the window checkpoints a running request still attends to (its live window)
+        # stay locked until the window has slid past them (see ``_hold``).
+        self.win = int(backend.window) if self.ckpt == "window" else 0
+        self.Pw = int(getattr(backend, "B_other", self.G))  # tokens per SWA page
+        self.wpages = window_pages(self.win, self.Pw) if self.win else 0
+        self.wl: dict[int, list] = {}
+        self.wl_until = np.full(n, _NEVER, np.int64)
         self.begin_step()
 
     # -- step accounting --
@@ -340,16 +350,58 @@ class _State:
         self.tree[r] = upto
         old = self.node.get(r)
         if node is not old:
-            c.lock(node)
-            c.unlock(old)  # type: ignore[arg-type]
+            self._lock(r, node)
+            c.unlock(old, ckpt=not self.win)  # type: ignore[arg-type]
             self.node[r] = node
+
+    def _lock(self, r: int, node: object) -> None:
+        """Lock ``node``'s path for ``r``, and its checkpoint. SWA: a window checkpoint
+        holds pages of ``r``'s live window, so its lock is kept (in ``wl``) past the path
+        lock moving on, while ``r``'s window still covers any of it (``_slide``): a
+        window in use is never evictable, and a cache never frees memory the request
+        still holds (with caching off the same pages are simply held by the request)."""
+        c = self.cache
+        assert c is not None
+        c.lock(node, ckpt=not self.win)  # type: ignore[arg-type]
+        if self.win and c.lock_ckpt(node):  # type: ignore[arg-type]
+            self.wl.setdefault(r, []).append(node)
+            self.wl_until[r] = 0  # look at it at the next step
+
+    def _slide(self, r: int, ctx: int) -> None:
+        """``r`` holds ``ctx`` tokens: the pages of its window checkpoints that left its
+        window (the ``swa_pages`` it would hold with caching off) become evictable cache
+        (:meth:`RadixCache.trim`); a checkpoint wholly out of it is unlocked."""
+        held = self.wl.get(r)
+        c = self.cache
+        assert c is not None
+        low = int(pages(ctx, self.Pw)) - self.wpages  # the first SWA page still in use
+        while held and int(held[0].end) * self.G // self.Pw <= low:
+            c.unlock_ckpt(held.pop(0))
+        for x in held or ():
+            if x.ckpt is None or x.ckpt_lock != 1 or x.broken:
+                continue  # shared with another request: kept whole
+            end = int(x.end) * self.G // self.Pw
+            units = int(c.backend.ckpt_units(x.ckpt))
+            if end - units >= low:
+                break
+            c.trim(x, low - (end - units))
+        self.wl_until[r] = int(pages(ctx, self.Pw)) * self.Pw + 1 if held else _NEVER
+
+    def _unlock_all(self, r: int, node: object) -> None:
+        """Drop ``r``'s lock on ``node`` and every window lock it holds."""
+        c = self.cache
+        assert c is not None
+        c.unlock(node, ckpt=not self.win)  # type: ignore[arg-type]
+        for x in self.wl.pop(r, ()):
+            c.unlock_ckpt(x)
+        self.wl_until[r] = _NEVER
 
     def _release(self, r: int) -> None:
         """Give back everything ``r`` holds itself, and its lock on the cache."""
         self.b.release(np.array([r]), self.held[[r]])
         self.held[r] = 0
         if self.cache is not None:
-            self.cache.unlock(self.node.pop(r, None))  # type: ignore[arg-type]
+            self._unlock_all(r, self.node.pop(r, None))
         self.tree[r] = 0
 
     def _finish_cache(self, r: int) -> None:
@@ -404,6 +456,10 @@ class _State:
         self.generated[dec] += 1
         ctx = self.tree[dec] * self.G + self.held[dec]
         self.step_ctx.extend(ctx.tolist())
+        if self.win:
+            slid = ctx >= self.wl_until[dec]
+            for r, x in zip(dec[slid].tolist(), ctx[slid].tolist()):
+                self._slide(r, x)
         if self.cache is not None and self.policy == "vllm":
             cross = dec[(ctx % self.G == 0) & (self.generated[dec] < self.output[dec])]
             for r in cross.tolist():
@@ -464,18 +520,21 @@ class _State:
 
     def _prefill(self, now: float) -> None:
         budget = CHUNK
-        for r in list(self.run):
+        pending: list[int] = []
+        if self.run:  # the running requests still prefilling, in admission order
+            run = np.asarray(self.run, dtype=np.int64)
+            pending = run[self.target[run] > self.computed[run]].tolist()
+        for r in pending:
             if budget == 0:
                 return
             left = int(self.target[r] - self.computed[r])
-            if left > 0:
-                got = self._chunk(r, min(left, budget))
-                if got == 0:
-                    self._unstick(r)
-                    return
-                budget -= got
-                if self.computed[r] < self.target[r]:
-                    return  # still prefilling: it keeps the rest of the budget next step
+            got = self._chunk(r, min(left, budget))
+            if got == 0:
+                self._unstick(r)
+                return
+            budget -= got
+            if self.computed[r] < self.target[r]:
+                return  # still prefilling: it keeps the rest of the budget next step
         reserve = self._reserve()
         while budget > 0 and self.queue:
             if self.cap is not None and len(self.run) >= self.cap:
@@ -487,7 +546,7 @@ class _State:
             node, hit_pages, branch = None, 0, 0
             if self.cache is not None:
                 node, hit_pages, branch = self.cache.match(r, int(self.target[r]) - 1)
-                self.cache.lock(node)  # type: ignore[arg-type]
+                self._lock(r, node)
             hit = hit_pages * self.G
             need = int(self.target[r]) - hit
             first = min(need, budget)
@@ -497,7 +556,7 @@ class _State:
             ev_pages, ev_ckpt = self._ev()
             if not self.b.fits(1, reserve + want, ev_pages, ev_ckpt) or not self._admit_state(r):
                 if self.cache is not None:
-                    self.cache.unlock(node)  # type: ignore[arg-type]
+                    self._unlock_all(r, node)
                 self._reject_if_alone(r)
                 return
             self.tree[r] = hit_pages
@@ -546,6 +605,10 @@ class _State:
         self.prefill_tokens += n
         self.step_chunks.append((start, n))
         self._after_chunk(r)
+        if self.win:
+            ctx = int(self.tree[r]) * self.G + int(self.held[r])
+            if ctx >= self.wl_until[r]:
+                self._slide(r, ctx)
         if self.computed[r] >= self.target[r] and self.generated[r] == 0:
             self.generated[r] = 1  # the prefill's last position yields the first token
             self.step_first.append(r)

@@ -240,6 +240,8 @@ class Node:
         "last",
         "alive",
         "key",
+        "loose",
+        "broken",
     )
 
     def __init__(self, parent: Node | None, ref: int, start: int, end: int, key: tuple) -> None:
@@ -251,6 +253,11 @@ class Node:
         self.ckpt_lock = 0
         self.last = 0
         self.alive = True
+        # SWA window checkpoints only (see RadixCache.trim): pages of ``ckpt`` a locking
+        # request's window has slid past (evictable though the rest is locked), and whether
+        # eviction took some of them (the window is incomplete: no hit here any more).
+        self.loose: Any = None
+        self.broken = False
 
     @property
     def pages(self) -> int:
@@ -314,20 +321,22 @@ class RadixCache:
         self._seq += 1
         if not node.children and node.lock == 0:
             heapq.heappush(self.leaf_heap, (node.last, self._seq, node))
-        if node.ckpt is not None and node.ckpt_lock == 0:
+        if self._ckpt_evictable(node):
             heapq.heappush(self.ckpt_heap, (node.last, self._seq, node))
+
+    @staticmethod
+    def _ckpt_evictable(node: Node) -> bool:
+        return (node.ckpt is not None and node.ckpt_lock == 0) or node.loose is not None
 
     def _ckpt_units(self, node: Node) -> int:
         return int(self.backend.ckpt_units(node.ckpt)) if node.ckpt is not None else 0
 
-    def lock(self, node: Node | None) -> None:
-        """Lock ``node``'s path (KV) and its checkpoint."""
+    def lock(self, node: Node | None, ckpt: bool = True) -> None:
+        """Lock ``node``'s path (KV) and, with ``ckpt``, its checkpoint."""
         if node is None or node is self.root:
             return
-        if node.ckpt is not None:
-            if node.ckpt_lock == 0:
-                self.ev_ckpt -= self._ckpt_units(node)
-            node.ckpt_lock += 1
+        if ckpt:
+            self.lock_ckpt(node)
         x: Node | None = node
         while x is not None and x is not self.root:
             if x.lock == 0:
@@ -335,13 +344,12 @@ class RadixCache:
             x.lock += 1
             x = x.parent
 
-    def unlock(self, node: Node | None) -> None:
+    def unlock(self, node: Node | None, ckpt: bool = True) -> None:
+        """Undo :meth:`lock` (the same ``ckpt``)."""
         if node is None or node is self.root:
             return
-        if node.ckpt is not None and node.ckpt_lock > 0:
-            node.ckpt_lock -= 1
-            if node.ckpt_lock == 0:
-                self.ev_ckpt += self._ckpt_units(node)
+        if ckpt:
+            self._unlock_ckpt(node)
         x: Node | None = node
         while x is not None and x is not self.root:
             x.lock -= 1
@@ -350,6 +358,57 @@ class RadixCache:
                 self.ev_pages += x.pages
             self._push(x)
             x = x.parent
+
+    def lock_ckpt(self, node: Node | None) -> bool:
+        """Lock ``node``'s checkpoint alone (False: it has none, nothing locked)."""
+        if node is None or node is self.root or node.ckpt is None:
+            return False
+        if node.loose is not None:  # a new user needs the whole window again
+            self.ev_ckpt -= int(self.backend.ckpt_units(node.loose))
+            node.ckpt = self.backend.ckpt_merge(node.loose, node.ckpt)
+            node.loose = None
+            if node.ckpt_lock == 0:
+                self.ev_ckpt += self._ckpt_units(node)
+        if node.ckpt_lock == 0:
+            self.ev_ckpt -= self._ckpt_units(node)
+        node.ckpt_lock += 1
+        return True
+
+    def unlock_ckpt(self, node: Node | None) -> None:
+        """Undo :meth:`lock_ckpt`."""
+        if self._unlock_ckpt(node):
+            self._push(node)  # type: ignore[arg-type]
+
+    def _unlock_ckpt(self, node: Node | None) -> bool:
+        if node is None or node is self.root:
+            return False
+        if node.ckpt is not None and node.ckpt_lock > 0:
+            node.ckpt_lock -= 1
+            if node.ckpt_lock == 0:
+                if node.loose is not None:  # whole again: one evictable checkpoint
+                    self.ev_ckpt -= int(self.backend.ckpt_units(node.loose))
+                    node.ckpt = self.backend.ckpt_merge(node.loose, node.ckpt)
+                    node.loose = None
+                self.ev_ckpt += self._ckpt_units(node)
+                if node.broken:  # part of its window was evicted: useless now
+                    self._drop_ckpt(node)
+                    self.evicted_ckpts -= 1  # counted when the part went
+                    return False
+                return True
+        return False
+
+    def trim(self, node: Node, k: int) -> None:
+        """SWA: the oldest ``k`` pages of ``node``'s window checkpoint left the window of
+        the one request that locks it. They stay cached (a hit here still needs them) but
+        become evictable, as vLLM's and SGLang's out-of-window SWA blocks do; evicting them
+        leaves the checkpoint incomplete (``broken``: no hit, freed when unlocked)."""
+        if k <= 0 or node.ckpt is None or node.broken:
+            return
+        out, keep = self.backend.ckpt_split(node.ckpt, k)
+        node.ckpt = keep
+        node.loose = out if node.loose is None else self.backend.ckpt_merge(node.loose, out)
+        self.ev_ckpt += int(self.backend.ckpt_units(out))
+        self._push(node)
 
     # -- matching --
 
@@ -388,7 +447,7 @@ class RadixCache:
         else:
             best = None
             for x in reversed(path):
-                if x.ckpt is not None:
+                if x.ckpt is not None and not x.broken:
                     best = x
                     break
         for x in path:
@@ -513,7 +572,7 @@ class RadixCache:
             return False
         if leaf:
             return not node.children and node.lock == 0
-        return node.ckpt is not None and node.ckpt_lock == 0
+        return self._ckpt_evictable(node)
 
     def _peek(self, heap: list, leaf: bool) -> Node | None:
         while heap:
@@ -536,16 +595,33 @@ class RadixCache:
         if node is None:
             return False
         heapq.heappop(self.ckpt_heap)
+        if node.ckpt_lock > 0:  # only its slid-out pages are evictable
+            self._drop_loose(node)
+            return True
         self._drop_ckpt(node)
         if not node.children and node.lock == 0 and self.needs_ckpt:
             self._remove_leaf(node)
         return True
 
+    def _drop_loose(self, node: Node) -> None:
+        """Evict the slid-out pages of a locked window checkpoint (it breaks)."""
+        self.ev_ckpt -= int(self.backend.ckpt_units(node.loose))
+        self.backend.ckpt_free(node.loose)
+        node.loose = None
+        if not node.broken:
+            node.broken = True
+            self.evicted_ckpts += 1
+
     def _drop_ckpt(self, node: Node) -> None:
+        if node.loose is not None:
+            self.ev_ckpt -= int(self.backend.ckpt_units(node.loose))
+            self.backend.ckpt_free(node.loose)
+            node.loose = None
         if node.ckpt_lock == 0:
             self.ev_ckpt -= self._ckpt_units(node)
         self.backend.ckpt_free(node.ckpt)
         node.ckpt = None
+        node.broken = False
         self.ckpts -= 1
         self.evicted_ckpts += 1
 
@@ -585,7 +661,7 @@ class RadixCache:
             stack.extend(x.children.values())
             if not x.children and x.lock == 0:
                 cands.append((x, True))
-            elif x.ckpt is not None and x.ckpt_lock == 0:
+            elif self._ckpt_evictable(x):
                 cands.append((x, False))
         if not cands:
             return False
@@ -595,6 +671,8 @@ class RadixCache:
         x, leaf = cands[int(np.argmin(score))]
         if leaf:
             self._remove_leaf(x)
+        elif x.ckpt_lock > 0:
+            self._drop_loose(x)
         else:
             self._drop_ckpt(x)
         return True
