@@ -194,11 +194,14 @@ if [[ " $parts " == *" sglang023 "* ]]; then
   #              GPU hidden), and the speculative ones (the Mamba pair's and the tri-pool's
   #              verify scratch) again with their pools on CUDA
   #   scheduler  tests/test_sglang_scheduler.py: SGLang's scheduler on both pools on CUDA
-  #              over the driver's matrix, its *-spec runs every decode a Mamba verify step
+  #              over the driver's matrix (benches/sglang_scheduler_driver.py children, one
+  #              per pool), its *-spec runs every decode a Mamba verify step; its table and
+  #              results as files (sglang023-scheduler-<dev>.md/.json)
   #   memsaver   tests/test_sglang_memory_saver.py under 0.5.23 (SGLang's memory saver, a
   #              CUDA graph captured before the release), torch_memory_saver installed apart
-  #   driver     benches/sglang_scheduler_driver.py --side-by-side: the same matrix, its
-  #              table and results as files (sglang023-scheduler-<dev>.md/.json)
+  #   driver     (not by default: the scheduler step ran the same) benches/
+  #              sglang_scheduler_driver.py --side-by-side, the matrix once more
+  #              (sglang023-driver-<dev>.md/.json)
   #   bench      benches/bench_sglang_dropin.py: host µs per step and per call, 0.5.23's own
   #              pool vs the drop-in in one process, every row it can start until
   #              BENCH_TAIL (default 60) s before the part's end (sglang-step-<dev>.md/.json)
@@ -217,7 +220,7 @@ if [[ " $parts " == *" sglang023 "* ]]; then
   g_scale=${SGL023_LIMIT_SCALE:-1}  # multiplies each step's own limit (a slow CPU check: 4)
   g_sg=/tmp/sgl023; g_up=${UKV_UPSTREAM023:-.gpu/upstream023}
   o=$out/sglang023; mkdir -p "$o"; glog=$o/sglang023.log; gsteps=$out/sglang023-steps.txt
-  g_steps=" ${SGL023_STEPS:-scenarios scheduler memsaver driver bench upstream} "
+  g_steps=" ${SGL023_STEPS:-scenarios scheduler memsaver bench upstream} "
   export UKV_SGLANG_PATH=$g_sg UKV_TEST_DEVICE=$gdev UKV_COMMIT=$commit UKV_REQUIRE_SGLANG=1
   export UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS}
   if [ "$gdev" = cpu ]; then export TRITON_INTERPRET=1; else unset TRITON_INTERPRET; fi
@@ -240,8 +243,8 @@ if [[ " $parts " == *" sglang023 "* ]]; then
   fi
   [[ "$g_steps" == *" scenarios "* ]] && gstep scenarios 150 python3 -m pytest -q \
     -p no:cacheprovider -rA tests/test_sglang_0523.py
-  [[ "$g_steps" == *" scheduler "* ]] && gstep scheduler 200 python3 -m pytest -q \
-    -p no:cacheprovider -rA tests/test_sglang_scheduler.py
+  [[ "$g_steps" == *" scheduler "* ]] && UKV_SCHEDULER_OUT=$o/sglang023-scheduler-$gdev \
+    gstep scheduler 200 python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_scheduler.py
   # torch_memory_saver in a folder of its own: on the path of this step only
   [[ "$g_steps" == *" memsaver "* ]] && gstep memsaver 90 bash -c "python3 -m pip install -q \
     --no-deps --no-compile --target /tmp/tms023 .gpu/sgl023/apart/torch_memory_saver-*.whl 2>&1 |
@@ -249,7 +252,7 @@ if [[ " $parts " == *" sglang023 "* ]]; then
     python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_memory_saver.py"
   [[ "$g_steps" == *" driver "* ]] && gstep driver 150 python3 benches/sglang_scheduler_driver.py \
     --side-by-side --device "$gdev" --sglang-path "$g_sg" \
-    --out "$o/sglang023-scheduler-$gdev.md" --json "$o/sglang023-scheduler-$gdev.json"
+    --out "$o/sglang023-driver-$gdev.md" --json "$o/sglang023-driver-$gdev.json"
   if [[ "$g_steps" == *" bench "* ]]; then
     left=$(( g_budget - (SECONDS - g_start) - ${BENCH_TAIL:-60} ))
     bargs=(); [ "$gdev" = cpu ] && bargs=(--quick --batch 4 --page-size 1)
