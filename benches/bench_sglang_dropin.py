@@ -1,4 +1,4 @@
-"""Host time per scheduler step under SGLang 0.5.16: its own unified pool vs ukv's drop-in.
+"""Host time per scheduler step under SGLang 0.5.16 or 0.5.23: its own unified pool vs ukv's drop-in.
 
 Issue 29, item 2. Both sides run in one process on the same device, built by the factory
 of SGLang's module name ``sglang.srt.mem_cache.unified_memory_pool``: SGLang's own module,
@@ -38,7 +38,11 @@ pass every ``--evict-every`` (16) steps (SGLang's ``SGLANG_SWA_EVICTION_INTERVAL
 defaults to 128: the window-free phase weighs more here than at SGLang's default; the
 tables split the time by phase); ``--count-steps`` defaults to one period of both.
 
-SGLang 0.5.16's own Mamba stack does not build or run as shipped; the bench repairs
+The release is the one ``--sglang-path`` holds, 0.5.16 or 0.5.23, answered by the
+scheduler driver's version seam (``benches/sglang_scheduler/release.py``: which modules
+the drop-in serves, the factories' keywords, whether SGLang's Mamba stack needs the
+repairs below). SGLang 0.5.23's runs as shipped. SGLang 0.5.16's own Mamba stack does
+not build or run as shipped; the bench repairs
 exactly two things, on SGLang's side only (``sglang_step_trace.build``): its
 ``init_unified_mamba_pools`` raises ``TypeError`` (``UnifiedHybridReqToTokenPool.
 _init_mamba_pool`` lacks the ``enable_gdn_replayssm_spec`` keyword that its base class
@@ -92,7 +96,7 @@ ROOT = HERE.parent
 T0 = time.perf_counter()
 GOAL = 5.0  # SGLang ÷ drop-in, host µs per step (issue 29)
 SIDES = ("sglang", "dropin")
-SIDE_NAMES = {"sglang": "SGLang 0.5.16", "dropin": "ukv drop-in"}
+SIDE_NAMES = {"sglang": "SGLang", "dropin": "ukv drop-in"}  # main() adds the release
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -200,11 +204,13 @@ class Sides:
 
         # SGLang's own modules first (the drop-in then replaces them in sys.modules; they
         # come back under their names while SGLang's factories run).
-        self.theirs = importlib.import_module(trace.SERVED[0])
-        importlib.import_module(trace.SERVED[1])
-        self.own = {name: sys.modules[name] for name in trace.SERVED}
+        served = trace.served()
+        self.theirs = importlib.import_module(served[0])
+        for name in served[1:]:
+            importlib.import_module(name)
+        self.own = {name: sys.modules[name] for name in served}
         dropin.install(replace_loaded=True, propagate=False)
-        self.ours = importlib.import_module(trace.SERVED[0])
+        self.ours = importlib.import_module(served[0])
         assert getattr(self.ours, "__ukv_dropin__", False) and self.ours is not self.theirs
 
 
@@ -335,7 +341,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], trace: Any) -> st
     partial = "" if meta["complete"] else " (PARTIAL: the run had not finished)"
     geo = meta["geometry"]
     lines = [
-        f"# Host time per scheduler step under SGLang 0.5.16: its own pool vs the ukv "
+        f"# Host time per scheduler step under SGLang {meta['sglang']}: its own pool vs the ukv "
         f"drop-in, {meta['device'].upper()}{partial}",
         "",
     ]
@@ -486,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device here: run with --device cpu for a smoke run")
         return 2
     sides = Sides(trace)
+    release = trace._release().version
+    SIDE_NAMES["sglang"] = f"SGLang {release}"
     harness.freeze_gc()
     geo = _geometry(args, trace)
     lazies = [False, True] if args.lazy is None else [args.lazy]
@@ -501,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "command": harness.command("bench_sglang_dropin.py", args.argv),
         "device": args.device,
+        "sglang": release,
         "machine": harness.machine(cuda),
         "versions": harness.versions(),
         "date": harness.utc_now(),

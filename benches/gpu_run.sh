@@ -8,10 +8,11 @@
 # (when .gpu/peer/ was carried, see benches/prepare_peer_wheels.sh), a cProfile of the
 # small calls, the model demo on CUDA and the serving-step bench; `sglang` the SGLang 0.5.16
 # drop-in suites and SGLang's own unit tests with the pool on CUDA, `sglang-bench` the
-# per-step bench under SGLang 0.5.16 (see those parts below; neither is in the default
-# list); `regress` the host-path regression gate with its A/A control and the host-time
-# bench of the rows still short of their goals (see that part below; not in the default
-# list). Each part fits one device call (< 10 min).
+# per-step bench under SGLang 0.5.16, `sglang023` SGLang 0.5.23's scenarios, scheduler
+# driver, memory-saver test and per-step bench with the pool on CUDA (see those parts
+# below; none is in the default list); `regress` the host-path regression gate with its
+# A/A control and the host-time bench of the rows still short of their goals (see that
+# part below; not in the default list). Each part fits one device call (< 10 min).
 # Installs the prebuilt abi3 wheel into a temporary directory (the GPU machine has no Rust).
 set -uo pipefail
 wheel=$1; out=$2; commit=${3:-unknown}
@@ -181,4 +182,96 @@ EOF
       --max-seconds $(( left - ${BENCH_TAIL:-120} )) --out "$out/sglang-step-cuda.md"
   fi
   echo "sglang part took $((SECONDS - sg_start)) s" | tee -a "$log"
+fi
+
+if [[ " $parts " == *" sglang023 "* ]]; then
+  # SGLang 0.5.23 with the pool on CUDA (issue 27; docs/SGLANG.md, "On the GPU machine").
+  # Needs .gpu/sgl023 (benches/prepare_peer_wheels.sh --sglang 0.5.23-dropin) carried; the
+  # 0.5.16 bundle is not needed. Steps, in order (SGL023_STEPS picks some; the install
+  # always runs first):
+  #   scenarios  tests/test_sglang_0523.py: SGLang 0.5.23's own pool builders' scenarios on
+  #              both sides (CPU pools, as its builders make them: Triton interpreted, the
+  #              GPU hidden), and the speculative ones (the Mamba pair's and the tri-pool's
+  #              verify scratch) again with their pools on CUDA
+  #   scheduler  tests/test_sglang_scheduler.py: SGLang's scheduler on both pools on CUDA
+  #              over the driver's matrix (benches/sglang_scheduler_driver.py children, one
+  #              per pool), its *-spec runs every decode a Mamba verify step; its table and
+  #              results as files (sglang023-scheduler-<dev>.md/.json)
+  #   memsaver   tests/test_sglang_memory_saver.py under 0.5.23 (SGLang's memory saver, a
+  #              CUDA graph captured before the release), torch_memory_saver installed apart
+  #   driver     (not by default: the scheduler step ran the same) benches/
+  #              sglang_scheduler_driver.py --side-by-side, the matrix once more
+  #              (sglang023-driver-<dev>.md/.json)
+  #   bench      benches/bench_sglang_dropin.py: host µs per step and per call, 0.5.23's own
+  #              pool vs the drop-in in one process, every row it can start until
+  #              BENCH_TAIL (default 60) s before the part's end (sglang-step-<dev>.md/.json)
+  #   upstream   SGLang's own unit tests of its unified pool, where a folder of them was
+  #              carried (UKV_UPSTREAM023, default .gpu/upstream023): 0.5.23's wheel does not
+  #              ship them (they live in its source repository's test/registered/unit/)
+  # Each step has a time limit, cut to what is left of SGL023_SECONDS (default 540) so the
+  # part ends inside one 600-s call; a step left under 20 s is skipped and says so.
+  # Everything goes to $out/sglang023/ (sglang023.log: every step's whole output), packed
+  # at the end into $out/sglang023.tar.gz (the call returns few files); the step lines are
+  # also in $out/sglang023-steps.txt. SGL023_DEVICE=cpu runs the same steps on a machine
+  # without a GPU (Triton interpreted, the bench --quick; the memory-saver test skips): a
+  # check that they work, not a result (with SGL023_SECONDS and SGL023_LIMIT_SCALE raised
+  # to fit that machine: benches/README.md gives the line).
+  g_start=$SECONDS; g_budget=${SGL023_SECONDS:-540}; gdev=${SGL023_DEVICE:-cuda}
+  g_scale=${SGL023_LIMIT_SCALE:-1}  # multiplies each step's own limit (a slow CPU check: 4)
+  g_sg=/tmp/sgl023; g_up=${UKV_UPSTREAM023:-.gpu/upstream023}
+  o=$out/sglang023; mkdir -p "$o"; glog=$o/sglang023.log; gsteps=$out/sglang023-steps.txt
+  g_steps=" ${SGL023_STEPS:-scenarios scheduler memsaver bench upstream} "
+  export UKV_SGLANG_PATH=$g_sg UKV_TEST_DEVICE=$gdev UKV_COMMIT=$commit UKV_REQUIRE_SGLANG=1
+  export UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS}
+  if [ "$gdev" = cpu ]; then export TRITON_INTERPRET=1; else unset TRITON_INTERPRET; fi
+  g_paths() { relpaths | sed -u "s#$g_sg/#<sglang>/#g"; }
+  gstep() {  # gstep NAME LIMIT COMMAND...: its output to sglang023.log, its last lines here
+    local name=$1 limit=$(( $2 * g_scale )) left rc t=$SECONDS f; shift 2
+    left=$(( g_budget - (SECONDS - g_start) ))
+    (( limit > left )) && limit=$left
+    if (( limit < 20 )); then echo ">> $name: skipped, $left s of the part left" | tee -a "$glog" "$gsteps"; return 0; fi
+    echo ">> $name (limit $limit s): $*" >> "$glog"
+    f=$(mktemp); timeout -k 10 "$limit" "$@" > "$f" 2>&1; rc=$?
+    g_paths < "$f" >> "$glog"; g_paths < "$f" | grep -v -E "^\s*$|[Ww]arn" | tail -4 | tee -a "$gsteps"; rm -f "$f"
+    echo ">> $name: exit $rc$( ((rc == 124)) && echo ", timed out") in $((SECONDS - t)) s" | tee -a "$glog" "$gsteps"
+    return $rc
+  }
+  if [ -f "$g_sg/.installed" ] || gstep install 120 bash .gpu/sgl023/install.sh "$g_sg"; then
+    touch "$g_sg/.installed"
+  else  # the steps still run: each fails fast, and its log says where
+    echo "SGLang 0.5.23's install or import check failed (see sglang023.log): the steps run anyway" | tee -a "$gsteps"
+  fi
+  [[ "$g_steps" == *" scenarios "* ]] && gstep scenarios 150 python3 -m pytest -q \
+    -p no:cacheprovider -rA tests/test_sglang_0523.py
+  [[ "$g_steps" == *" scheduler "* ]] && UKV_SCHEDULER_OUT=$o/sglang023-scheduler-$gdev \
+    gstep scheduler 200 python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_scheduler.py
+  # torch_memory_saver in a folder of its own: on the path of this step only
+  [[ "$g_steps" == *" memsaver "* ]] && gstep memsaver 90 bash -c "python3 -m pip install -q \
+    --no-deps --no-compile --target /tmp/tms023 .gpu/sgl023/apart/torch_memory_saver-*.whl 2>&1 |
+    grep -v -E '^WARNING: (Running pip as|Target directory)'; PYTHONPATH=\$PYTHONPATH:/tmp/tms023 \
+    python3 -m pytest -q -p no:cacheprovider -rA tests/test_sglang_memory_saver.py"
+  [[ "$g_steps" == *" driver "* ]] && gstep driver 150 python3 benches/sglang_scheduler_driver.py \
+    --side-by-side --device "$gdev" --sglang-path "$g_sg" \
+    --out "$o/sglang023-driver-$gdev.md" --json "$o/sglang023-driver-$gdev.json"
+  if [[ "$g_steps" == *" bench "* ]]; then
+    left=$(( g_budget - (SECONDS - g_start) - ${BENCH_TAIL:-60} ))
+    bargs=(); [ "$gdev" = cpu ] && bargs=(--quick --batch 4 --page-size 1)
+    read -r -a extra <<< "${SGL023_BENCH_ARGS:-}"
+    # --max-seconds: no row starts after it; the step's limit leaves the last row its tail
+    gstep bench $(( left + ${BENCH_TAIL:-60} )) python3 benches/bench_sglang_dropin.py \
+      --device "$gdev" --sglang-path "$g_sg" --max-seconds $(( left > 1 ? left : 1 )) \
+      --out "$o/sglang-step-$gdev.md" "${bargs[@]}" "${extra[@]}"
+  fi
+  if [[ "$g_steps" == *" upstream "* ]]; then
+    if [ -d "$g_up" ]; then
+      stub_args=(); for n in ${UKV_SGLANG_STUBS//,/ }; do stub_args+=(--stub "$n"); done
+      gstep upstream 150 python3 benches/sglang_upstream.py --device "$gdev" --tests "$g_up" \
+        --sglang-path "$g_sg" "${stub_args[@]}" --timeout 100 --out "$o"
+    else
+      echo ">> upstream: no $g_up carried (SGLang 0.5.23's wheel does not ship its unified-pool unit tests)" | tee -a "$glog" "$gsteps"
+    fi
+  fi
+  echo "sglang023 part took $((SECONDS - g_start)) s" | tee -a "$glog" "$gsteps"
+  cp "$out/gpu.txt" "$o/" 2>/dev/null
+  tar -czf "$out/sglang023.tar.gz" -C "$out" sglang023 && rm -rf "$o"  # last: one file back
 fi

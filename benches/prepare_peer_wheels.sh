@@ -2,7 +2,7 @@
 # Prepare SGLang for a GPU machine without registry access (docs/SGLANG.md, "On the GPU
 # machine"). Run HERE, from anywhere in the repository:
 #
-#   bash benches/prepare_peer_wheels.sh [--sglang 0.5.23|0.5.16] [--python-version 3.12] [--dest DIR]
+#   bash benches/prepare_peer_wheels.sh [--sglang 0.5.23|0.5.23-dropin|0.5.16] [--python-version 3.12] [--dest DIR]
 #
 # It downloads, without dependency resolution, the cp$pyver manylinux x86_64 wheels the
 # profile below names (the SGLang version's import path on top of torch + triton: sglang's
@@ -23,6 +23,15 @@
 #   0.5.23 (default, DEST .gpu/peer): SGLang's allocator as benches/bench_cuda_host.py's peer
 #          (benches/peer_sglang.py checks the import). Versions: benches/requirements-peer.txt
 #          where it names the package, else EXTRA_PINS (pydantic-core: pydantic's own pin).
+#   0.5.23-dropin (DEST .gpu/sgl023): SGLang 0.5.23 as the drop-in's SGLang, for
+#          benches/gpu_run.sh's `sglang023` part (tests/test_sglang_0523.py, the scheduler
+#          driver and tests/test_sglang_scheduler.py, the memory-saver test, the per-step
+#          bench). Versions: .ci/sglang-0.5.23.txt, what CI installs (OVERRIDE_PINS where
+#          that version has no wheel for this python). Not carried: pillow (on the image).
+#          The image's own packages at versions the core wheels accept are fallbacks.
+#          Apart: torch-memory-saver (GPU only). CI serves stand-ins for aiohttp,
+#          compressed_tensors, einops, gguf, sentencepiece, starlette, torchvision and zmq
+#          (tests/sglang_stubs.py); the image's own copies win where it has them.
 #   0.5.16 (DEST .gpu/sgl016): the SGLang the drop-in targets, for benches/gpu_run.sh's
 #          `sglang` part. Versions: .ci/sglang-0.5.16.txt, what CI installs (OVERRIDE_PINS
 #          where that version has no wheel for this python). Not carried: xgrammar (45 MB;
@@ -42,17 +51,71 @@ while [ $# -gt 0 ]; do
     --sglang) sglang=$2; shift 2 ;;
     --python-version) pyver=$2; shift 2 ;;
     --dest) dest=$2; shift 2 ;;
-    *) echo "usage: $0 [--sglang 0.5.23|0.5.16] [--python-version X.Y] [--dest DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sglang 0.5.23|0.5.23-dropin|0.5.16] [--python-version X.Y] [--dest DIR]" >&2; exit 2 ;;
   esac
 done
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PIP=${PIP:-python3 -m pip}
 [ -n "$sglang" ] || sglang=$(sed -n 's/^SGLANG_VERSION = "\(.*\)"/\1/p' "$repo/benches/peer_sglang.py")
+version=${sglang%%-*}  # the SGLang release of the profile (0.5.23-dropin: 0.5.23)
 
 # Distribution names are compared normalized (PEP 503: lower case, runs of -_. as one -);
 # the maps' keys are written that way.
 declare -A OVERRIDE_PINS=() EXTRA_PINS=()
 NOT_CARRIED=() APART=()
+write_stub_check() {  # write_stub_check FILE RELEASE PART MODULE...: check.sh of a drop-in profile
+  local file=$1 release=$2 part=$3; shift 3
+  cat > "$file" <<'EOF'
+#!/usr/bin/env bash
+# The import check install.sh ends with: SGLang @RELEASE@'s memory-pool, radix-cache and
+# scheduling modules as benches/gpu_run.sh's @PART@ part imports them (CHECKED below):
+# tests/sglang_stubs.py's stand-ins, with sgl_kernel and xgrammar added.
+# Usage: bash check.sh <target>; PYTHON: the python to check.
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [ ! -f "$repo/tests/sglang_stubs.py" ]; then echo "no tests/sglang_stubs.py: import not checked"; exit 0; fi
+CHECKED="@MODULES@"
+UKV_CHECK_MODULES=$CHECKED UKV_SGLANG_PATH=$1 UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS} \
+PYTHONPATH=$repo/tests${PYTHONPATH:+:$PYTHONPATH} ${PYTHON:-python3} - "$1" <<'PYEOF'
+import importlib, importlib.metadata as md, os, sys
+import sglang_stubs
+sglang_stubs.install_finder()
+MODULES = tuple(os.environ["UKV_CHECK_MODULES"].split())
+failed = []
+for name in MODULES:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # report every module that fails, not only the first
+        failed.append(f"  {name}: {type(exc).__name__}: {exc}")
+target = os.path.realpath(sys.argv[1])
+top2dist = md.packages_distributions()
+carried, image = set(), set()
+for name, mod in list(sys.modules.items()):
+    f = getattr(mod, "__file__", None)
+    if "." in name or not f or name in ("sglang", "sglang_stubs") or name in sys.stdlib_module_names:
+        continue
+    for dist in top2dist.get(name, []):
+        try:
+            v = md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+        (carried if os.path.realpath(f).startswith(target + os.sep) else image).add(f"{dist} {v}")
+stand_ins = sorted(n for n, m in sys.modules.items() if "." not in n and "StandIn" in type(m).__name__)
+torch = sys.modules.get("torch")
+print(f"python {sys.version.split()[0]}, torch", *(
+    (torch.__version__, "cuda available", torch.cuda.is_available()) if torch else ("not imported",)))
+print("from the carried wheels:", ", ".join(sorted(carried, key=str.lower)))
+print("from the python's own packages:", ", ".join(sorted(image, key=str.lower)))
+print("stand-ins:", ", ".join(stand_ins))
+if failed:
+    print("import check FAILED:", *failed, sep="\n")
+    sys.exit(1)
+print(f"import check ok: {len(MODULES)} SGLang modules")
+PYEOF
+EOF
+  sed -i -e "s#@RELEASE@#$release#" -e "s#@PART@#$part#" -e "s#@MODULES@#$*#" "$file"
+}
+
 case $sglang in
   0.5.23)
     reqs=$repo/benches/requirements-peer.txt
@@ -93,6 +156,48 @@ if [ -f "$peer" ]; then ${PYTHON:-python3} "$peer" --device cuda; else echo "no 
 EOF
     }
     ;;
+  0.5.23-dropin)
+    reqs=$repo/.ci/sglang-0.5.23.txt
+    dest=${dest:-$repo/.gpu/sgl023}
+    budget_mib=56
+    OVERRIDE_PINS=([orjson]=3.13.0)  # 3.8.3 predates cp312 wheels
+    # typing-extensions: pydantic 2.13 wants >= 4.14.1. torch-memory-saver: as 0.5.16's
+    # (0.5.23 asks >= 0.0.9.post1).
+    EXTRA_PINS=([typing-extensions]=4.15.0 [torch-memory-saver]=0.0.10)
+    APART=(torch-memory-saver)
+    NOT_CARRIED=(pillow)
+    # On the image (KINDS.md's package list) at the versions .ci/sglang-0.5.23.txt pins or
+    # ones its core wheels accept: carried as fallbacks (distribution:import name).
+    # transformers is not here: the image's 5.17.0 is not the 5.19.0 SGLang 0.5.23 pins.
+    FALLBACK=(
+      anyio:anyio attrs:attr certifi:certifi charset-normalizer:charset_normalizer click:click
+      colorama:colorama h11:h11 httpcore:httpcore httpx:httpx huggingface_hub:huggingface_hub
+      idna:idna packaging:packaging psutil:psutil Pygments:pygments PyYAML:yaml regex:regex
+      requests:requests safetensors:safetensors sortedcontainers:sortedcontainers tqdm:tqdm
+      urllib3:urllib3 tokenizers:tokenizers typing_extensions:typing_extensions
+    )
+    CORE=(sglang)
+    skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
+    while read -r name; do
+      n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
+      [[ "$skip" == *" $n "* ]] || CORE+=("$name")
+    done < <(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9_.-]*\)==.*/\1/p' "$reqs")
+    # the Rust extensions (41 MB: the server, gRPC, multimodal and bench cores; the tests
+    # run SGLang's Python tree core, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python) and
+    # the diffusion server
+    DROP='^sglang/(srt/rust_extensions/_[^/]*\.so|multimodal_gen/.*)$'
+    write_check() {
+      write_stub_check "$1" 0.5.23 sglang023 \
+        sglang.srt.mem_cache.unified_memory_pool sglang.srt.mem_cache.allocator.unified_sub_pool \
+        sglang.srt.mem_cache.allocator.unified_hybrid_swa sglang.srt.mem_cache.allocator.unified_mamba \
+        sglang.srt.mem_cache.memory_pool sglang.srt.mem_cache.common \
+        sglang.srt.mem_cache.unified_radix_cache sglang.srt.mem_cache.kv_index_translator \
+        sglang.srt.mem_cache.unified_cache.components.swa \
+        sglang.srt.managers.schedule_policy sglang.srt.managers.schedule_batch \
+        sglang.srt.beam_search.coordinator sglang.srt.observability.scheduler_stage_metrics \
+        sglang.test.unified_allocator_fixtures
+    }
+    ;;
   0.5.16)
     reqs=$repo/.ci/sglang-0.5.16.txt
     dest=${dest:-$repo/.gpu/sgl016}
@@ -129,65 +234,19 @@ EOF
     # when a server asks for them) and the diffusion server
     DROP='^sglang/(srt/grpc/_core[^/]*\.so|srt/multimodal/_core[^/]*\.so|multimodal_gen/.*)$'
     write_check() {
-      cat > "$1" <<'EOF'
-#!/usr/bin/env bash
-# The import check install.sh ends with: SGLang 0.5.16's memory-pool, radix-cache and
-# scheduling modules (and its pydantic request models, which name xgrammar's types) as
-# benches/gpu_run.sh's sglang part imports them: tests/sglang_stubs.py's stand-ins, with
-# sgl_kernel and xgrammar added. Usage: bash check.sh <target>; PYTHON: the python to check.
-set -uo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-if [ ! -f "$repo/tests/sglang_stubs.py" ]; then echo "no tests/sglang_stubs.py: import not checked"; exit 0; fi
-UKV_SGLANG_PATH=$1 UKV_SGLANG_STUBS=sgl_kernel,xgrammar${UKV_SGLANG_STUBS:+,$UKV_SGLANG_STUBS} \
-PYTHONPATH=$repo/tests${PYTHONPATH:+:$PYTHONPATH} ${PYTHON:-python3} - "$1" <<'PYEOF'
-import importlib, importlib.metadata as md, os, sys
-import sglang_stubs
-sglang_stubs.install_finder()
-MODULES = (
-    "sglang.srt.mem_cache.unified_memory_pool", "sglang.srt.mem_cache.multi_ended_allocator",
-    "sglang.srt.mem_cache.memory_pool", "sglang.srt.mem_cache.swa_memory_pool",
-    "sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.common",
-    "sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.swa_radix_cache",
-    "sglang.srt.mem_cache.mamba_radix_cache", "sglang.srt.mem_cache.layout.page_major",
-    "sglang.srt.managers.schedule_policy", "sglang.srt.managers.schedule_batch",
-    "sglang.kernels.ops.kvcache.cache_move", "sglang.srt.entrypoints.openai.protocol",
-    "sglang.test.ci.ci_register",
-)
-failed = []
-for name in MODULES:
-    try:
-        importlib.import_module(name)
-    except Exception as exc:  # report every module that fails, not only the first
-        failed.append(f"  {name}: {type(exc).__name__}: {exc}")
-target = os.path.realpath(sys.argv[1])
-top2dist = md.packages_distributions()
-carried, image = set(), set()
-for name, mod in list(sys.modules.items()):
-    f = getattr(mod, "__file__", None)
-    if "." in name or not f or name in ("sglang", "sglang_stubs") or name in sys.stdlib_module_names:
-        continue
-    for dist in top2dist.get(name, []):
-        try:
-            v = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-        (carried if os.path.realpath(f).startswith(target + os.sep) else image).add(f"{dist} {v}")
-stand_ins = sorted(n for n, m in sys.modules.items() if "." not in n and "StandIn" in type(m).__name__)
-torch = sys.modules.get("torch")
-print(f"python {sys.version.split()[0]}, torch", *(
-    (torch.__version__, "cuda available", torch.cuda.is_available()) if torch else ("not imported",)))
-print("from the carried wheels:", ", ".join(sorted(carried, key=str.lower)))
-print("from the python's own packages:", ", ".join(sorted(image, key=str.lower)))
-print("stand-ins:", ", ".join(stand_ins))
-if failed:
-    print("import check FAILED:", *failed, sep="\n")
-    sys.exit(1)
-print(f"import check ok: {len(MODULES)} SGLang modules")
-PYEOF
-EOF
+      # its pydantic request models name xgrammar's types (a typed stand-in)
+      write_stub_check "$1" 0.5.16 sglang \
+        sglang.srt.mem_cache.unified_memory_pool sglang.srt.mem_cache.multi_ended_allocator \
+        sglang.srt.mem_cache.memory_pool sglang.srt.mem_cache.swa_memory_pool \
+        sglang.srt.mem_cache.allocator.swa sglang.srt.mem_cache.common \
+        sglang.srt.mem_cache.radix_cache sglang.srt.mem_cache.swa_radix_cache \
+        sglang.srt.mem_cache.mamba_radix_cache sglang.srt.mem_cache.layout.page_major \
+        sglang.srt.managers.schedule_policy sglang.srt.managers.schedule_batch \
+        sglang.kernels.ops.kvcache.cache_move sglang.srt.entrypoints.openai.protocol \
+        sglang.test.ci.ci_register
     }
     ;;
-  *) echo "no profile for SGLang $sglang (0.5.23, 0.5.16)" >&2; exit 2 ;;
+  *) echo "no profile for SGLang $sglang (0.5.23, 0.5.23-dropin, 0.5.16)" >&2; exit 2 ;;
 esac
 
 norm() { echo "$1" | tr 'A-Z_.' 'a-z--'; }
@@ -199,7 +258,7 @@ req_version() {  # the version $reqs pins for distribution $1, if any
 pin() {  # the "name==version" to download for distribution $1
   local key v
   key=$(norm "$1")
-  if [ "$key" = sglang ]; then echo "sglang==$sglang"; return; fi
+  if [ "$key" = sglang ]; then echo "sglang==$version"; return; fi
   v=${OVERRIDE_PINS[$key]:-}
   [ -n "$v" ] || v=$(req_version "$1")
   [ -n "$v" ] || v=${EXTRA_PINS[$key]:-}

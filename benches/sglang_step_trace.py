@@ -62,8 +62,13 @@ here with plain torch and not timed (the same code on both sides):
    as SGLang places it; SGLang 0.5.16's loop calls it only at a disable-overlap boundary
    and when idle, so once per step is at least as often).
 
-SGLang 0.5.16's own stack needs two repairs to run this trace (:func:`build` with
-``sglang_own=True``; nothing else of SGLang is changed):
+SGLang 0.5.23 (``benches/sglang_scheduler/release.py``, the driver's version seam, says
+which release ``UKV_SGLANG_PATH`` holds) runs the same trace: its allocators moved to
+``mem_cache.allocator.unified_*`` (all served by the drop-in, :func:`served`), its
+request tables read a request's memory fields from ``req.kv`` (:class:`Req` is its own
+``kv``), its Mamba factory takes ``enable_mamba_extra_buffer_lazy`` (off) and builds and
+runs as shipped. SGLang 0.5.16's own stack needs two repairs to run this trace
+(:func:`build` with ``sglang_own=True``; nothing else of SGLang is changed):
 
 * Mamba: its ``init_unified_mamba_pools`` raises ``TypeError``: its
   ``UnifiedHybridReqToTokenPool._init_mamba_pool`` lacks the ``enable_gdn_replayssm_spec``
@@ -104,9 +109,20 @@ PHASES = (
     "forward report",
     "flush",
 )
-#: SGLang's module names the drop-in serves (both must be SGLang's own while its factory
-#: runs: the factory imports its composite allocator when called).
-SERVED = ("sglang.srt.mem_cache.unified_memory_pool", "sglang.srt.mem_cache.multi_ended_allocator")
+
+
+def _release() -> Any:
+    """The release seam of the scheduler driver (``benches/`` is on the path)."""
+    from sglang_scheduler import release
+
+    return release.current()
+
+
+def served() -> tuple[str, ...]:
+    """SGLang's module names the drop-in serves, the pool module first (all must be
+    SGLang's own while its factories run: they import its composite allocators when
+    called)."""
+    return _release().served_modules
 
 
 @dataclass(frozen=True)
@@ -145,6 +161,9 @@ class Req:
 
     def __init__(self, rid: int, seq_len: int) -> None:
         self.rid = rid
+        # SGLang 0.5.23 reads these fields from ``req.kv`` (0.5.16 from the request).
+        self.kv = self
+        self.kv_allocated_len = 0
         self.req_pool_idx: int | None = None
         self.mamba_pool_idx: Any = None
         self.mamba_needs_clear = False
@@ -154,6 +173,14 @@ class Req:
         self.kv_committed_len = 0
         self.seq_len = seq_len  # tokens in the KV cache
         self.swa_evicted = 0  # tokens released on the SWA side
+
+    @property
+    def holds_kv(self) -> bool:  # 0.5.23's ``req.kv.holds_kv``
+        return self.req_pool_idx is not None
+
+    @property
+    def holds_mamba(self) -> bool:  # 0.5.23's ``req.kv.holds_mamba``
+        return self.mamba_pool_idx is not None
 
 
 class HostEvent:
@@ -171,7 +198,7 @@ class HostEvent:
 
 @contextlib.contextmanager
 def modules_in_place(own: dict[str, types.ModuleType]) -> Iterator[None]:
-    """Serve ``own`` (SGLang's modules of :data:`SERVED`) under their names for the
+    """Serve ``own`` (SGLang's modules of :func:`served`) under their names for the
     duration, whatever is installed; restore what was there after."""
     before = {name: sys.modules.get(name) for name in own}
     try:
@@ -230,7 +257,7 @@ def build(
 
     Args:
         module: ``sglang.srt.mem_cache.unified_memory_pool``, SGLang's or the drop-in's.
-        sglang_own: For SGLang's side: SGLang's own modules of :data:`SERVED` (put back
+        sglang_own: For SGLang's side: SGLang's own modules of :func:`served` (put back
             under their names while the factory runs) and the repairs of the module
             docstring; None for the drop-in.
     """
@@ -238,6 +265,10 @@ def build(
 
     other_ids, full_ids = _layer_ids(geo)
     n = sizes(shape, geo)
+    if _release().needs_published_server_args:
+        from sglang_scheduler import bootstrap
+
+        bootstrap.publish_server_args(page_size=shape.page_size, enable_unified_memory=True)
     common = dict(
         device=device,
         kv_cache_dtype=torch.bfloat16,
@@ -292,9 +323,10 @@ def build(
         enable_mamba_extra_buffer=False,
         speculative_num_draft_tokens=None,
         disable_overlap_schedule=False,
+        **_release().factory_fields(),
         **common,
     )
-    if sglang_own:
+    if sglang_own and _release().mamba_factory_repairs:
         with place, _keyword_repair(module):
             bundle = module.init_unified_mamba_pools(**kw)
         state = bundle.req_to_token_pool.mamba_pool
@@ -302,7 +334,8 @@ def build(
             if not hasattr(state, attr):
                 setattr(state, attr, None)
     else:
-        bundle = module.init_unified_mamba_pools(**kw)
+        with place:
+            bundle = module.init_unified_mamba_pools(**kw)
     return types.SimpleNamespace(
         allocator=bundle.token_to_kv_pool_allocator,
         kvpool=bundle.token_to_kv_pool,
@@ -362,6 +395,7 @@ class StepTrace:
         n = sizes(shape, geo)
         z64 = dict(dtype=torch.int64, device=device)
         z32 = dict(dtype=torch.int32, device=device)
+        swa = dict(dtype=getattr(torch, _release().swa_loc_dtype), device=device)
         cap = b * n["max_len"]
         win = b * geo.window
         # The CUDA graph's static buffers (the Triton backend's and the Mamba backend's).
@@ -369,9 +403,9 @@ class StepTrace:
             kv_in=torch.zeros(cap, **z64),
             kv_out=torch.zeros(cap, **z64),
             win_in=torch.zeros(win, **z64),
-            win_out=torch.zeros(win, **z32),
+            win_out=torch.zeros(win, **swa),
             full_out=torch.zeros(b, **z64),
-            swa_out=torch.zeros(b, **z32),
+            swa_out=torch.zeros(b, **swa),
             state=torch.zeros(b, **z32),
         )
 

@@ -219,12 +219,52 @@ def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+def interpreter_numpy2_compat() -> bool:
+    """Where ``TRITON_INTERPRET=1`` and numpy is 2.x: let Triton's interpreter take a
+    one-element block as a loop bound, as it does with numpy 1.x. Returns whether it
+    patched.
+
+    SGLang 0.5.23's paged ``alloc_extend_kernel`` loops ``for block_id in range(
+    num_blocks)`` over a value computed from ``tl.load(ptr + pid)``; the interpreter holds
+    it as a numpy array of shape ``(1,)`` and its ``__index__`` is ``int(array)``, which
+    numpy 2 refuses ("only 0-dimensional arrays can be converted to Python scalars"), so
+    every SGLang pool of page size > 1 failed its first extend under the interpreter on
+    the GPU image's stack (numpy 2.5; CI's numpy 1.26 converts). The drop-in's kernels do
+    not take that path. Compiled Triton (a GPU without the interpreter) is untouched.
+    """
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    import numpy as np
+
+    if int(np.__version__.split(".")[0]) < 2:
+        return False
+    from triton.runtime import interpreter
+
+    if getattr(interpreter._patch_lang_tensor, "__ukv_compat__", False):
+        return True
+    original = interpreter._patch_lang_tensor
+
+    def _index(self: Any) -> int:
+        data = np.asarray(self.handle.data)
+        return int(data.reshape(-1)[0]) if data.size == 1 else int(data)
+
+    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", _index)  # restored with the rest, in reverse
+
+    _patch_lang_tensor.__ukv_compat__ = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = _patch_lang_tensor
+    return True
+
+
 def install_finder() -> None:
     """Put ``UKV_SGLANG_PATH`` first on ``sys.path`` and serve the stand-ins (after every
-    other finder: an installed package wins); what :func:`pytest_configure` does before it
-    checks ukv's bases. Used alone by ``benches/prepare_peer_wheels.sh``'s import check."""
+    other finder: an installed package wins), and under Triton's interpreter make it take
+    numpy 2 (:func:`interpreter_numpy2_compat`); what :func:`pytest_configure` does before
+    it checks ukv's bases. Used alone by ``benches/prepare_peer_wheels.sh``'s import check."""
     sys.path[:0] = sglang_paths()
     sys.meta_path.append(_StandInFinder())
+    interpreter_numpy2_compat()
 
 
 def pytest_configure(config: Any) -> None:

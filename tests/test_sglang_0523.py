@@ -35,9 +35,21 @@ from sglang_stubs import child_env, needs_release, run_child  # noqa: E402
 pytestmark = needs_release("0.5.23")  # 0.5.16: tests/test_sglang_dropin_real.py
 
 
-def _run(code: str, side: str) -> subprocess.CompletedProcess[str]:
-    env = child_env(UKV_TEST_SIDE=side, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
-    env.setdefault("TRITON_INTERPRET", "1")
+#: Where the speculative scenarios' pools live in :func:`spec_on_device` (``UKV_TEST_DEVICE``;
+#: benches/gpu_run.sh's ``sglang023`` part sets cuda). SGLang's own builders put every
+#: other scenario on the CPU.
+DEVICE = os.environ.get("UKV_TEST_DEVICE", "cpu")
+
+
+def _run(code: str, side: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = child_env(UKV_TEST_SIDE=side, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python", **extra)
+    if env.get("UKV_SPEC_DEVICE", "cpu") == "cpu":
+        # Every pool on the CPU, as in CI: Triton interpreted, and any GPU hidden (SGLang
+        # picks its CUDA paths at import when it sees one, for CPU pools too).
+        env.setdefault("TRITON_INTERPRET", "1")
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)  # on the GPU: compiled, as SGLang runs them
     return run_child(code, env)
 
 
@@ -58,6 +70,10 @@ SCENARIOS = textwrap.dedent(
 
     fx.setup_allocator_context()
     OUT = {}
+    # The speculative scenarios' pools (the builders put the rest on the CPU); with
+    # UKV_SCENARIOS=spec only those run.
+    SPEC_DEV = os.environ.get("UKV_SPEC_DEVICE", "cpu")
+    ONLY_SPEC = os.environ.get("UKV_SCENARIOS") == "spec"
 
     # Count the SWA component's page handovers; SGLang's own method runs as it is.
     from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
@@ -78,7 +94,8 @@ SCENARIOS = textwrap.dedent(
     def rows(ids, layer):
         # one recognisable row per (token, layer): id * 8 + layer, then 1/16 steps
         ids = ids.to(torch.int64).reshape(-1, 1, 1).to(torch.float32)
-        return (ids * 8 + layer + torch.arange(8).reshape(1, 1, 8) / 16).to(torch.float16)
+        steps = torch.arange(8, device=ids.device).reshape(1, 1, 8) / 16
+        return (ids * 8 + layer + steps).to(torch.float16)
 
     def sizes(scn, tag, a):
         rec(scn, tag + ".available", a.available_size())
@@ -253,7 +270,7 @@ SCENARIOS = textwrap.dedent(
         sizes(scn, "after", a)
         rec(scn, "evictable_after", [cache.full_evictable_size(), cache.swa_evictable_size()])
 
-    def init_mamba(ps, lazy=False, drafts=None):
+    def init_mamba(ps, lazy=False, drafts=None, device="cpu"):
         # SGLang's own Mamba-hybrid factory (the shipped builders have none)
         from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
 
@@ -263,7 +280,7 @@ SCENARIOS = textwrap.dedent(
             layers=[0],
         )
         return init_unified_mamba_pools(
-            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
+            device=device, kv_cache_dtype=torch.float16, head_num=1, head_dim=8, page_size=ps,
             start_layer=0, end_layer=2, is_draft_worker=False, use_mla_backend=False,
             mamba_layer_ids=[0], full_attention_layer_ids=[1], mamba2_cache_params=cp,
             model_context_len=64 * ps, extra_max_context_len=1, max_total_num_tokens=100 * ps,
@@ -279,9 +296,10 @@ SCENARIOS = textwrap.dedent(
         # keyword (found by the scheduler driver). A verify step writes each row's drafts,
         # commits one draft per request into its slot; a free and a flush move a slot.
         scn = f"spec_mamba-ps{ps}-{'lazy' if lazy else 'eager'}"
-        b = init_mamba(ps, lazy, drafts=3)
+        b = init_mamba(ps, lazy, drafts=3, device=SPEC_DEV)
         a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
         cache = req.mamba_pool.mamba_cache
+        rec(scn, "device", cache.temporal.device.type)
         rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
                              [list(w.shape) for w in cache.intermediate_conv_window]])
         layer = req.mamba2_layer_cache(0)
@@ -315,7 +333,7 @@ SCENARIOS = textwrap.dedent(
             layers=[0],
         )
         b = init_unified_mamba_swa_pools(
-            device="cpu", kv_cache_dtype=torch.float16, head_num=1, head_dim=8, v_head_dim=8,
+            device=SPEC_DEV, kv_cache_dtype=torch.float16, head_num=1, head_dim=8, v_head_dim=8,
             swa_head_num=1, swa_head_dim=8, swa_v_head_dim=8, page_size=ps, start_layer=0,
             end_layer=2, swa_attention_layer_ids=[1], full_attention_layer_ids=[0],
             full_max_total_num_tokens=100 * ps, swa_max_total_num_tokens=100 * ps,
@@ -328,6 +346,8 @@ SCENARIOS = textwrap.dedent(
         a, req = b.token_to_kv_pool_allocator, b.req_to_token_pool
         cache = req.mamba_pool.mamba_cache
         rec(scn, "state_pool", type(cache).__name__)
+        rec(scn, "device", cache.temporal.device.type)
+        rec(scn, "kv_device", a.get_kvcache().get_key_buffer(0).device.type)
         rec(scn, "scratch", [list(cache.intermediate_ssm.shape),
                              [list(w.shape) for w in cache.intermediate_conv_window]])
         rec(scn, "slots", [req.mamba_allocator.size, req.mamba_allocator.available_size()])
@@ -536,7 +556,15 @@ SCENARIOS = textwrap.dedent(
         got = a.alloc(a.available_size())
         rec(scn, "alloc_of_available", got is not None)
 
-    for ps in (1, 4):
+    for ps in (1, 4) if ONLY_SPEC else ():
+        for lazy in (False, True):
+            spec_mamba(ps, lazy)
+            for extra in (False, True):
+                try:
+                    spec_tri(ps, lazy, extra)
+                except Exception as exc:  # noqa: BLE001 - recorded, compared
+                    rec(f"spec_tri{(ps, lazy, extra)}", "error", f"{type(exc).__name__}: {exc}")
+    for ps in () if ONLY_SPEC else (1, 4):
         lazy_available(ps)
         for lazy in (False, True):
             try:
@@ -573,16 +601,27 @@ SCENARIOS = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def observed() -> dict[str, dict[str, dict]]:
-    """Both sides' observations, scenario -> key -> value."""
+def _observe(**extra: str) -> dict[str, dict[str, dict]]:
     sides = {}
     for side in ("sglang", "dropin"):
-        res = _run(SCENARIOS, side)
+        res = _run(SCENARIOS, side, **extra)
         lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
         assert res.returncode == 0 and lines, res.stdout[-4000:] + res.stderr[-4000:]
         sides[side] = json.loads(lines[-1][len("RESULT ") :])
     return sides
+
+
+@pytest.fixture(scope="module")
+def observed() -> dict[str, dict[str, dict]]:
+    """Both sides' observations, scenario -> key -> value (every pool on the CPU)."""
+    return _observe(UKV_SPEC_DEVICE="cpu")
+
+
+@pytest.fixture(scope="module")
+def spec_on_device() -> dict[str, dict[str, dict]]:
+    """The speculative scenarios alone, their pools on ``UKV_TEST_DEVICE`` (on CUDA with
+    Triton compiled, not interpreted), both sides."""
+    return _observe(UKV_SPEC_DEVICE=DEVICE, UKV_SCENARIOS="spec")
 
 
 #: Observations that differ on purpose: (scenario pattern, key pattern) -> reason. Each is
@@ -649,6 +688,37 @@ def test_speculative_states_commit_on_both_sides(observed: dict) -> None:
         assert len(runs) == 12, (side, sorted(runs))
         for scn, obs in runs.items():
             assert obs["committed"] and all(obs["committed"]), (side, scn, obs["committed"])
+
+
+def test_speculative_verify_on_the_test_device(spec_on_device: dict) -> None:
+    """The verify scratch of the Mamba pair and the tri-pool with the pools on
+    ``UKV_TEST_DEVICE``: every scenario runs, on that device, on both sides; every
+    committed draft state reads back after a free and a flush, every K/V row of the
+    tri-pool's SWA pair too; and the two sides agree, except :data:`KNOWN`."""
+    want = torch_device_type(DEVICE)
+    for side, scenarios in spec_on_device.items():
+        errors = {s: v["error"] for s, v in scenarios.items() if "error" in v}
+        assert not errors, (side, errors)
+        assert len(scenarios) == 12, (side, sorted(scenarios))
+        for scn, obs in scenarios.items():
+            assert obs["device"] == want, (side, scn, obs["device"])
+            assert obs.get("kv_device", want) == want, (side, scn, obs["kv_device"])
+            assert obs["committed"] and all(obs["committed"]), (side, scn, obs["committed"])
+            wrong = {k: v for k, v in obs.items() if k.endswith("rows_wrong") and v}
+            assert not wrong, (side, scn, wrong)
+    unexplained = []
+    for scn, ours in sorted(spec_on_device["dropin"].items()):
+        theirs = spec_on_device["sglang"][scn]
+        for key in sorted(set(ours) | set(theirs)):
+            if ours.get(key) != theirs.get(key) and _known(scn, key) is None:
+                unexplained.append(f"{scn} {key}: sglang {theirs.get(key)!r} ukv {ours.get(key)!r}")
+    assert not unexplained, "\n".join(unexplained[:40])
+    print(f"speculative scenarios on {want}: {sorted(spec_on_device['dropin'])}")
+
+
+def torch_device_type(name: str) -> str:
+    """``"cuda"`` for ``cuda`` or ``cuda:1``: what ``tensor.device.type`` says."""
+    return name.split(":")[0]
 
 
 def test_sglangs_swa_page_handover_runs_on_the_drop_in(observed: dict) -> None:

@@ -1,4 +1,5 @@
-"""SGLang's memory saver on the drop-in, with a CUDA graph captured before the release.
+"""SGLang's memory saver on the drop-in, with a CUDA graph captured before the release
+(SGLang 0.5.16 or 0.5.23, whichever ``UKV_SGLANG_PATH`` holds).
 
 SGLang releases and resumes KV memory around weight updates (``release_memory_occupation``
 / ``resume_memory_occupation``) by pausing and resuming the ``kv_cache`` region of its
@@ -41,6 +42,10 @@ CHILD = textwrap.dedent(
     torch_memory_saver.torch_memory_saver.hook_mode = "torch"  # no preload library
     import ukv.integrations.sglang as dropin
     dropin.install(propagate=False)
+    from ukv.integrations.sglang import layouts
+    # 0.5.23: a write names its physical ids, marked physical (its pools refuse anything
+    # else), and the SWA side's translated ids are int64; 0.5.16: the virtual ids, int32.
+    NEW = layouts.current().version == "0.5.23"
     from sglang.srt.constants import GPU_MEMORY_TYPE_KV_CACHE
     from sglang.srt.mem_cache import memory_pool as mp
     from sglang.srt.mem_cache import unified_memory_pool as ump
@@ -58,14 +63,17 @@ CHILD = textwrap.dedent(
     ids = a.alloc(N)
     virt = ids.clone()
     full_loc = torch.empty_like(virt)
-    swa_loc = torch.empty(virt.shape, dtype=torch.int32, device="cuda")
+    swa_loc = torch.empty(virt.shape, dtype=torch.int64 if NEW else torch.int32, device="cuda")
     k_in = torch.empty(N, H, D, dtype=torch.bfloat16, device="cuda")
     layers = [types.SimpleNamespace(layer_id=i) for i in (0, 1)]
 
     def step():  # what a decode graph does with the pool: translate, then write K/V
         a.translate_kv_loc(virt, out=full_loc)
         a.translate_loc_from_full_to_swa(virt, out=swa_loc)
-        write = mp.KVWriteLoc(loc=virt, swa_loc=swa_loc, full_loc=full_loc)
+        if NEW:
+            write = mp.KVWriteLoc(full_loc, swa_loc=swa_loc, full_loc=full_loc, physical=True)
+        else:
+            write = mp.KVWriteLoc(loc=virt, swa_loc=swa_loc, full_loc=full_loc)
         for layer in layers:
             kv.set_kv_buffer(layer, write, k_in, -k_in)
 
@@ -99,7 +107,7 @@ CHILD = textwrap.dedent(
     adapter.resume(GPU_MEMORY_TYPE_KV_CACHE)
     assert upool._raw.data_ptr() == raw
     check(3.0)
-    print("memory saver ok: freed", freed, "bytes while paused")
+    print("memory saver ok: freed", freed, "bytes while paused; layout", layouts.current().version)
     """
 )
 

@@ -98,7 +98,19 @@ def side_by_side() -> dict:
     res = sidebyside.run(
         MATRIX, DEVICE, env, parallel=True, timeout=900, extra_ukv=tuple(SELF_TESTS)
     )
-    print(sidebyside.markdown(res))
+    table = sidebyside.markdown(res)
+    print(table)
+    # UKV_SCHEDULER_OUT=PREFIX: the table and the results also as PREFIX.md / PREFIX.json
+    # (benches/gpu_run.sh's sglang023 part keeps them; the driver's --side-by-side --out
+    # writes the same from a run of its own)
+    prefix = os.environ.get("UKV_SCHEDULER_OUT")
+    if prefix:
+        import json
+
+        with open(prefix + ".md", "w") as f:
+            f.write(f"SGLang {sglang_release()}, pools on {DEVICE}\n\n{table}\n")
+        with open(prefix + ".json", "w") as f:
+            json.dump({"sglang": sglang_release(), "device": DEVICE, **res}, f, indent=1)
     out = {p["config"]: p for p in res["pairs"]}
     out.update({r["config"]: r for r in res["self_tests"]})
     return out

@@ -98,6 +98,23 @@ class Release0516:
     #: SGLang methods whose calls the driver counts, running them unchanged (``paths``):
     #: (module, class, method).
     counted_paths: tuple[tuple[str, str, str], ...] = ()
+    #: SGLang's module names the drop-in serves, the pool module first
+    #: (``benches/sglang_step_trace.py``: SGLang's own must be in place while its
+    #: factories run, since they import its composite allocators when called).
+    served_modules: tuple[str, ...] = (
+        "sglang.srt.mem_cache.unified_memory_pool",
+        "sglang.srt.mem_cache.multi_ended_allocator",
+    )
+    #: Whether SGLang's own ``init_unified_mamba_pools`` needs the per-step bench's two
+    #: repairs to build and run (``benches/sglang_step_trace.py``, module docstring).
+    mamba_factory_repairs = True
+    #: The dtype of the SWA side's translated ids (``translate_loc_from_full_to_swa``'s
+    #: result, and of the ``out=`` buffer a CUDA graph hands it).
+    swa_loc_dtype = "int32"
+    #: Whether the pools' constructors read SGLang's published process-wide settings
+    #: (``get_parallel()``): a caller outside a server publishes ``ServerArgs`` first
+    #: (``bootstrap.publish_server_args``).
+    needs_published_server_args = False
 
     def loop_class(self) -> Any:
         from sglang_scheduler.loop import Loop
@@ -195,6 +212,15 @@ class Release0523(Release0516):
             "_transfer_swa_pages",
         ),
     )
+    served_modules: tuple[str, ...] = (
+        "sglang.srt.mem_cache.unified_memory_pool",
+        "sglang.srt.mem_cache.allocator.unified_sub_pool",
+        "sglang.srt.mem_cache.allocator.unified_mamba",
+        "sglang.srt.mem_cache.allocator.unified_hybrid_swa",
+    )
+    mamba_factory_repairs = False  # its Mamba factory builds and runs as shipped
+    swa_loc_dtype = "int64"  # its SWA translation writes int64 only (SGLang's own check)
+    needs_published_server_args = True  # its Mamba allocator reads get_parallel()
 
     def loop_class(self) -> Any:
         from sglang_scheduler.loop0523 import Loop0523
