@@ -63,6 +63,15 @@ version=${sglang%%-*}  # the SGLang release of the profile (0.5.23-dropin: 0.5.2
 # the maps' keys are written that way.
 declare -A OVERRIDE_PINS=() EXTRA_PINS=()
 NOT_CARRIED=() APART=()
+core_from_reqs() {  # CORE: sglang and every package $reqs pins but NOT_CARRIED and FALLBACK
+  local skip name n
+  CORE=(sglang)
+  skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
+  while read -r name; do
+    n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
+    [[ "$skip" == *" $n "* ]] || CORE+=("$name")
+  done < <(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9_.-]*\)==.*/\1/p' "$reqs")
+}
 write_stub_check() {  # write_stub_check FILE RELEASE PART MODULE...: check.sh of a drop-in profile
   local file=$1 release=$2 part=$3; shift 3
   cat > "$file" <<'EOF'
@@ -176,12 +185,7 @@ EOF
       requests:requests safetensors:safetensors sortedcontainers:sortedcontainers tqdm:tqdm
       urllib3:urllib3 tokenizers:tokenizers typing_extensions:typing_extensions
     )
-    CORE=(sglang)
-    skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
-    while read -r name; do
-      n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
-      [[ "$skip" == *" $n "* ]] || CORE+=("$name")
-    done < <(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9_.-]*\)==.*/\1/p' "$reqs")
+    core_from_reqs
     # the Rust extensions (41 MB: the server, gRPC, multimodal and bench cores; the tests
     # run SGLang's Python tree core, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python) and
     # the diffusion server
@@ -224,12 +228,7 @@ EOF
       urllib3:urllib3 typing_extensions:typing_extensions
     )
     # Core: sglang and every other package of the requirements file.
-    CORE=(sglang)
-    skip=" $(printf '%s\n' "${NOT_CARRIED[@]}" "${FALLBACK[@]%%:*}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ')"
-    while read -r name; do
-      n=$(echo "$name" | tr 'A-Z_.' 'a-z--')
-      [[ "$skip" == *" $n "* ]] || CORE+=("$name")
-    done < <(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9_.-]*\)==.*/\1/p' "$reqs")
+    core_from_reqs
     # the gRPC and multimodal Rust extensions (3.2 MB; SGLang reports their absence only
     # when a server asks for them) and the diffusion server
     DROP='^sglang/(srt/grpc/_core[^/]*\.so|srt/multimodal/_core[^/]*\.so|multimodal_gen/.*)$'
