@@ -460,14 +460,19 @@ def _no_machine_path(x: str) -> str:
 
 
 def _meta(a: argparse.Namespace, wall: float, clk: dict) -> dict:
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=ROOT)  # fmt: skip
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    except OSError:  # no git on this machine
+        rev = ""
     argv = [_no_machine_path(x) for x in a.argv]
+    # A copy of the tree without .git (a device machine): the commit it was copied at.
+    commit = rev or os.environ.get("UKV_COMMIT", "unknown")
     return {
         "command": "PYTHONPATH=python python3 benches/capacity.py " + " ".join(argv),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {a.jobs} jobs",
-        "versions": f"ukv {rev.stdout.strip()}, python {platform.python_version()}, "
+        "versions": f"ukv {commit}, python {platform.python_version()}, "
         f"numpy {np.__version__}, torch {torch.__version__}",
         "clock": clk,
         "quick": a.quick,
