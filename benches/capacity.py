@@ -459,15 +459,20 @@ def _no_machine_path(x: str) -> str:
         return Path(x).name
 
 
-def _meta(a: argparse.Namespace, wall: float, clk: dict) -> dict:
+def _commit() -> str:
+    """The commit the run starts from (taken before it runs: the tree may move during a
+    long run); on a copy of the tree without .git (a device machine), ``UKV_COMMIT``."""
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     except OSError:  # no git on this machine
         rev = ""
+    return rev or os.environ.get("UKV_COMMIT", "unknown")
+
+
+def _meta(a: argparse.Namespace, wall: float, clk: dict) -> dict:
     argv = [_no_machine_path(x) for x in a.argv]
-    # A copy of the tree without .git (a device machine): the commit it was copied at.
-    commit = rev or os.environ.get("UKV_COMMIT", "unknown")
+    commit = a.commit
     return {
         "command": "PYTHONPATH=python python3 benches/capacity.py " + " ".join(argv),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
@@ -544,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capacity.py: {e}", file=sys.stderr)
         return 2
     clk.pop("floor_s", None), clk.pop("active_params", None), clk.pop("compute_source", None)
+    a.commit = _commit()
     t0 = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

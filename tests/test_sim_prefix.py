@@ -167,3 +167,41 @@ def test_everything_the_tree_holds_is_returned_by_eviction():
     while c.evict("any"):
         pass
     assert b.usage() == (0, 0) and c.nodes == 0 and c.ev_pages == 0 and c.ev_ckpt == 0
+
+
+class Windows(Counts):
+    """Counts, with sliding-window checkpoints: a donated window is 4 pages, and a
+    checkpoint splits and merges like a page count."""
+
+    def ckpt_donate(self, r):
+        self.ckpts += 4
+        return 4
+
+    def ckpt_split(self, h, k):
+        return k, h - k
+
+    def ckpt_merge(self, a, b):
+        return a + b
+
+
+@pytest.mark.parametrize("eviction", ["lru", "split"])
+def test_window_pages_that_slid_out_are_as_recent_as_the_slide_under_one_lru(eviction):
+    b = Windows()
+    c = RadixCache(_ident(), b, 16, "sglang", eviction, True)
+    n0, _ = c.insert(0, 81, 0, 1299, "donate")  # inserted first: the older node
+    n2, _ = c.insert(2, 37, 0, 600, "copy")
+    # A request runs on r0's node (its path and its window locked, as the engine does)...
+    c.lock(n0, ckpt=False)
+    assert c.lock_ckpt(n0)
+    # ...and its window leaves 2 of the checkpoint's 4 pages: those become evictable.
+    c.trim(n0, 2)
+    assert n0.loose == 2 and n0.ckpt == 2 and c.ev_ckpt == 2 + 1
+    assert c.evict("any" if eviction == "lru" else "ckpt")
+    if eviction == "lru":
+        # vLLM's free queue: the pages are as recent as their slide, newer than r2's node,
+        # which goes first (its leaf, with its checkpoint); r0's window stays whole.
+        assert not n2.alive and not n0.broken and n0.loose == 2
+    else:
+        # SGLang's SWA LRU: r0's node was inserted first, so its loose pages go first and
+        # its window checkpoint breaks.
+        assert n2.alive and n0.broken and n0.loose is None

@@ -376,7 +376,7 @@ class _State:
         assert c is not None
         low = int(pages(ctx, self.Pw)) - self.wpages  # the first SWA page still in use
         while held and int(held[0].end) * self.G // self.Pw <= low:
-            c.unlock_ckpt(held.pop(0))
+            c.unlock_ckpt(held.pop(0), slid=True)
         for x in held or ():
             if x.ckpt is None or x.ckpt_lock != 1 or x.broken:
                 continue  # shared with another request: kept whole

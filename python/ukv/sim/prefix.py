@@ -374,10 +374,21 @@ class RadixCache:
         node.ckpt_lock += 1
         return True
 
-    def unlock_ckpt(self, node: Node | None) -> None:
-        """Undo :meth:`lock_ckpt`."""
+    def unlock_ckpt(self, node: Node | None, slid: bool = False) -> None:
+        """Undo :meth:`lock_ckpt`; ``slid``: the locking request's window left it (see
+        :meth:`_released`)."""
         if self._unlock_ckpt(node):
-            self._push(node)  # type: ignore[arg-type]
+            self._released(node, slid)  # type: ignore[arg-type]
+
+    def _released(self, node: Node, slid: bool) -> None:
+        """Window pages left a request's window: evictable from now. Under one ``lru``
+        pool (ukv, Jenga, vLLM) their recency is this moment, as vLLM's free queue orders a
+        block by when it was freed; SGLang's per-side eviction (``split``) keeps the node's
+        recency (last inserted or matched), as its SWA LRU does."""
+        if slid and self.eviction == "lru":
+            self._touch(node)
+        else:
+            self._push(node)
 
     def _unlock_ckpt(self, node: Node | None) -> bool:
         if node is None or node is self.root:
@@ -408,7 +419,7 @@ class RadixCache:
         node.ckpt = keep
         node.loose = out if node.loose is None else self.backend.ckpt_merge(node.loose, out)
         self.ev_ckpt += int(self.backend.ckpt_units(out))
-        self._push(node)
+        self._released(node, slid=True)
 
     # -- matching --
 
