@@ -270,6 +270,8 @@ def test_a_failing_plan_poisons_the_pool(monkeypatch) -> None:
 # ----- GPU: no call waits for the device ----------------------------------------------------
 
 SLEEP_CYCLES = 40_000_000  # about 20 ms on an H200
+
+
 def _queued_kernel_s() -> float:
     """How long the queued sleep kernel runs on this card (a call that waited for it takes
     at least this long; one that did not takes its host time, well under it)."""

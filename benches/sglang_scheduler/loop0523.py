@@ -121,7 +121,10 @@ class Loop0523(Loop):
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             adder.chunked_req_limit = st.policy.shortest_prefill_chunk_limit(
-                self.chunked_req, self.waiting_queue, adder.rem_chunk_tokens or 0, self.cfg.page_size
+                self.chunked_req,
+                self.waiting_queue,
+                adder.rem_chunk_tokens or 0,
+                self.cfg.page_size,
             )
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         mamba_allocator = getattr(st.req_to_token_pool, "mamba_allocator", None)

@@ -19,8 +19,7 @@ from sglang_scheduler import compare, config
 
 DRIVER = Path(__file__).resolve().parents[1] / "sglang_scheduler_driver.py"
 NOT_RUN = (
-    "more SWA than full layers (SGLang 0.5.16's SWA table then indexes out of bounds, "
-    "its defect 1)"
+    "more SWA than full layers (SGLang 0.5.16's SWA table then indexes out of bounds, its defect 1)"
 )
 
 
