@@ -3,23 +3,15 @@ and the result files, without timing anything real."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCHES = Path(__file__).resolve().parents[1] / "benches"
+from script_loader import load_script
 
 
 def _load_harness():
-    spec = importlib.util.spec_from_file_location("harness", BENCHES / "harness.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("harness", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benches/harness.py", register=True)
 
 
 harness = _load_harness()

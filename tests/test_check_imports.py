@@ -6,24 +6,18 @@ into a temporary directory, breaks one thing, and looks for the problem line it 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _load_check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "check_imports", REPO / ".ci" / "check_imports.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(".ci/check_imports.py")
 
 
 check_imports = _load_check()

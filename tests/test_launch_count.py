@@ -3,23 +3,13 @@ profile, on synthetic CUDA events (no GPU here), and its CPU mode on a real prof
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-BENCHES = Path(__file__).resolve().parents[1] / "benches"
+from script_loader import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("launch_count", BENCHES / "launch_count.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("launch_count", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benches/launch_count.py", register=True)
 
 
 lc = _load()

@@ -4,12 +4,12 @@ and a cell without a number exactly where the tuned split rejected requests."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -27,13 +27,7 @@ COLUMNS = {
 
 
 def _claims():
-    spec = importlib.util.spec_from_file_location(
-        "capacity_claims", ROOT / "benches" / "capacity_claims.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benches/capacity_claims.py")
 
 
 def _table() -> tuple[list[str], list[tuple[str, list[str]]]]:

@@ -3,7 +3,6 @@ refused without them), the compute profiles, and the measurement script on CPU."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from script_loader import load_script
 
 from ukv import models
 from ukv.cli import main
@@ -145,13 +145,7 @@ def test_the_default_constants_are_whichever_card_was_committed(tmp_path):
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location(
-        "measure_step_clock", ROOT / "benches" / "measure_step_clock.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benches/measure_step_clock.py")
 
 
 def test_measure_script_runs_on_cpu_and_feeds_the_clock(tmp_path):

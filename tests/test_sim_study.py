@@ -6,23 +6,17 @@ where they are absent)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("capacity", ROOT / "benches" / "capacity.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["capacity"] = mod  # dataclasses and the worker processes look it up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benches/capacity.py", register=True)
 
 
 def test_confidence_interval_is_students_t():
